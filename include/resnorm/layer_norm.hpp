@@ -1,0 +1,239 @@
+// resnorm/layer_norm.hpp — LayerNorm over the features of each token, with its exact derivatives.
+//
+//   y = gamma ⊙ (x − mean) / sqrt(var + eps) + beta,   per row of a T x d matrix x,
+//   mean = Σ_j x_j / d,  var = Σ_j (x_j − mean)² / d   (population variance, eps inside the sqrt).
+//
+// gamma and beta (length d) are optional: an empty vector means "absent" (gamma = 1, beta = 0),
+// which gives the no-affine and no-bias forms; a layer_norm without gamma works on any width.
+//
+// Jacobian: block diagonal, one d x d block per token, never coupling tokens:
+//   J_t = diag(gamma) · rstd · (I − 1 1ᵀ/d − xhat xhatᵀ/d),   rstd = 1/sqrt(var + eps),
+//   xhat = (x − mean) · rstd  (eps inside, exactly as the forward computes it).
+// With gamma = 1 and eps > 0 its singular values are rstd (d − 2 times), eps·rstd³ (direction
+// xhat) and 0 (direction 1). jacobian() materialises the (T·d) x (T·d) matrix: O(T²d²) memory,
+// for tests and study; vjp()/jvp() cost O(T·d).
+//
+// Numerics: statistics accumulate in accumulator_t<Scalar> (double for float) and use two passes
+// (mean, then Σ(x − mean)²), so rows with a large offset or a tiny spread keep their digits; the
+// naive E[x²] − E[x]² loses them all (and can go negative). eps = 0 on a constant row gives
+// 0 · inf = NaN in that row, as the maths says; NaN or ±Inf in one row stays in that row.
+#pragma once
+
+#include <cmath>
+#include <utility>
+
+#include "resnorm/detail/check.hpp"
+#include "resnorm/differentiable_map.hpp"
+#include "resnorm/matrix.hpp"
+
+namespace resnorm {
+
+// Which of LayerNorm's per-feature parameters a layer_norm(dim, ...) is built with.
+enum class layer_norm_affine { none, scale, scale_and_shift };
+
+// Per-row statistics of a forward pass, kept for the backward.
+template <class Scalar>
+struct layer_norm_stats {
+  vector<accumulator_t<Scalar>> mean;  // T
+  vector<accumulator_t<Scalar>> rstd;  // T, 1/sqrt(var + eps)
+};
+
+template <class Scalar>
+struct layer_norm_output {
+  matrix<Scalar> y;
+  layer_norm_stats<Scalar> stats;
+};
+
+template <class Scalar>
+struct layer_norm_grad {
+  matrix<Scalar> dx;      // T x d
+  vector<Scalar> dgamma;  // d, empty when the layer has no gamma
+  vector<Scalar> dbeta;   // d, empty when the layer has no beta
+};
+
+template <class Scalar>
+class layer_norm {
+ public:
+  using scalar_type = Scalar;
+  using accumulator_type = accumulator_t<Scalar>;
+
+  vector<Scalar> gamma;       // d, or empty: no scale
+  vector<Scalar> beta;        // d, or empty: no shift
+  Scalar eps = Scalar(1e-5);  // as PyTorch's default
+
+  // No gamma, no beta: pure standardisation, any width.
+  layer_norm() = default;
+
+  // gamma = 1, beta = 0 of length dim, as at initialisation.
+  explicit layer_norm(index dim, Scalar epsilon = Scalar(1e-5),
+                      layer_norm_affine affine = layer_norm_affine::scale_and_shift)
+      : eps(epsilon) {
+    if (dim < 0) detail::fail("layer_norm", "dim must be >= 0, got " + std::to_string(dim));
+    detail::check_epsilon("layer_norm", eps);
+    if (affine != layer_norm_affine::none) gamma = vector<Scalar>::Ones(dim);
+    if (affine == layer_norm_affine::scale_and_shift) beta = vector<Scalar>::Zero(dim);
+  }
+
+  // Given gamma and beta (either may be empty: absent).
+  layer_norm(vector<Scalar> scale, vector<Scalar> shift, Scalar epsilon = Scalar(1e-5))
+      : gamma(std::move(scale)), beta(std::move(shift)), eps(epsilon) {
+    detail::check_epsilon("layer_norm", eps);
+    if (has_gamma() && has_beta()) {
+      detail::check_length("layer_norm", "beta", beta.size(), "gamma", gamma.size(), "elements");
+    }
+  }
+
+  bool has_gamma() const { return gamma.size() != 0; }
+  bool has_beta() const { return beta.size() != 0; }
+
+  // ---- forward -------------------------------------------------------------------------------
+
+  matrix<Scalar> forward(matrix_cref<Scalar> x) const { return forward_with_stats(x).y; }
+
+  // The forward pass plus the per-row mean and rstd, which vjp(x, dy, stats) reuses.
+  layer_norm_output<Scalar> forward_with_stats(matrix_cref<Scalar> x) const {
+    check_x("layer_norm::forward", x);
+    layer_norm_output<Scalar> out{matrix<Scalar>(x.rows(), x.cols()), stats_of(x)};
+    for (index t = 0; t < x.rows(); ++t) {
+      const accumulator_type mean = out.stats.mean[t], rstd = out.stats.rstd[t];
+      // xhat = (x − mean) · rstd, in the accumulator type; gamma and beta applied before rounding.
+      const auto xhat = (x.row(t).template cast<accumulator_type>().array() - mean) * rstd;
+      auto y = out.y.row(t).array();
+      if (has_gamma() && has_beta()) {
+        y = (xhat * gamma_row() + beta_row()).template cast<Scalar>();
+      } else if (has_gamma()) {
+        y = (xhat * gamma_row()).template cast<Scalar>();
+      } else if (has_beta()) {
+        y = (xhat + beta_row()).template cast<Scalar>();
+      } else {
+        y = xhat.template cast<Scalar>();
+      }
+    }
+    return out;
+  }
+
+  // Per-row mean and rstd, two-pass: mean first, then the mean of squared deviations.
+  layer_norm_stats<Scalar> stats_of(matrix_cref<Scalar> x) const {
+    check_x("layer_norm::stats_of", x);
+    const accumulator_type d = static_cast<accumulator_type>(x.cols());
+    layer_norm_stats<Scalar> s{vector<accumulator_type>(x.rows()),
+                               vector<accumulator_type>(x.rows())};
+    for (index t = 0; t < x.rows(); ++t) {
+      const auto row = x.row(t).template cast<accumulator_type>().array();
+      const accumulator_type mean = row.sum() / d;
+      const accumulator_type var = (row - mean).square().sum() / d;
+      s.mean[t] = mean;
+      // eps inside the square root, as the definition (and PyTorch) has it.
+      s.rstd[t] = accumulator_type(1) / std::sqrt(var + static_cast<accumulator_type>(eps));
+    }
+    return s;
+  }
+
+  // ---- vjp (backward) ------------------------------------------------------------------------
+  //
+  // With g = dy ⊙ gamma and xhat = (x − mean) · rstd, per row:
+  //   dx     = rstd · ( g − mean(g) − xhat · mean(g ⊙ xhat) )
+  //                     └ direct ┘  └ via mean ┘ └── via rstd ──┘
+  //   dgamma = Σ_rows dy ⊙ xhat,    dbeta = Σ_rows dy.
+
+  layer_norm_grad<Scalar> vjp(matrix_cref<Scalar> x, matrix_cref<Scalar> dy) const {
+    check_x("layer_norm::vjp", x);
+    return vjp(x, dy, stats_of(x));
+  }
+
+  layer_norm_grad<Scalar> vjp(matrix_cref<Scalar> x, matrix_cref<Scalar> dy,
+                              const layer_norm_stats<Scalar>& stats) const {
+    check_x("layer_norm::vjp", x);
+    detail::check_same_shape("layer_norm::vjp", "dy", dy, "x", x);
+    detail::check_length("layer_norm::vjp", "stats.mean", stats.mean.size(), "x", x.rows(), "rows");
+    detail::check_length("layer_norm::vjp", "stats.rstd", stats.rstd.size(), "x", x.rows(), "rows");
+    const index d = x.cols();
+    const accumulator_type inv_d = d > 0 ? accumulator_type(1) / accumulator_type(d) : 0;
+    layer_norm_grad<Scalar> grad{matrix<Scalar>(x.rows(), d), {}, {}};
+    using acc_row = Eigen::Array<accumulator_type, 1, Eigen::Dynamic>;
+    acc_row dgamma = acc_row::Zero(has_gamma() ? d : 0);
+    acc_row dbeta = acc_row::Zero(has_beta() ? d : 0);
+    acc_row xhat(d), g(d);
+    for (index t = 0; t < x.rows(); ++t) {
+      const accumulator_type mean = stats.mean[t], rstd = stats.rstd[t];
+      const auto dy_t = dy.row(t).template cast<accumulator_type>().array();
+      xhat = (x.row(t).template cast<accumulator_type>().array() - mean) * rstd;
+      if (has_gamma()) {
+        g = dy_t * gamma_row();
+        dgamma += dy_t * xhat;
+      } else {
+        g = dy_t;
+      }
+      if (has_beta()) dbeta += dy_t;
+      const accumulator_type mean_g = g.sum() * inv_d;
+      const accumulator_type mean_g_xhat = (g * xhat).sum() * inv_d;
+      grad.dx.row(t) = (rstd * (g - mean_g - xhat * mean_g_xhat)).template cast<Scalar>();
+    }
+    if (has_gamma()) grad.dgamma = dgamma.transpose().matrix().template cast<Scalar>();
+    if (has_beta()) grad.dbeta = dbeta.transpose().matrix().template cast<Scalar>();
+    return grad;
+  }
+
+  // ---- jvp -----------------------------------------------------------------------------------
+  //   J v = gamma ⊙ rstd · ( v − mean(v) − xhat · mean(xhat ⊙ v) ),  per row.
+
+  matrix<Scalar> jvp(matrix_cref<Scalar> x, matrix_cref<Scalar> v) const {
+    check_x("layer_norm::jvp", x);
+    detail::check_same_shape("layer_norm::jvp", "v", v, "x", x);
+    const layer_norm_stats<Scalar> stats = stats_of(x);
+    const index d = x.cols();
+    const accumulator_type inv_d = d > 0 ? accumulator_type(1) / accumulator_type(d) : 0;
+    matrix<Scalar> out(x.rows(), d);
+    Eigen::Array<accumulator_type, 1, Eigen::Dynamic> xhat(d), w(d);
+    for (index t = 0; t < x.rows(); ++t) {
+      const accumulator_type mean = stats.mean[t], rstd = stats.rstd[t];
+      const auto v_t = v.row(t).template cast<accumulator_type>().array();
+      xhat = (x.row(t).template cast<accumulator_type>().array() - mean) * rstd;
+      w = rstd * (v_t - v_t.sum() * inv_d - xhat * ((xhat * v_t).sum() * inv_d));
+      if (has_gamma()) w *= gamma_row();
+      out.row(t) = w.template cast<Scalar>();
+    }
+    return out;
+  }
+
+  // ---- jacobian ------------------------------------------------------------------------------
+  //   block t = diag(gamma) · rstd · (I − 1 1ᵀ/d − xhat xhatᵀ/d)
+
+  matrix<Scalar> jacobian(matrix_cref<Scalar> x) const {
+    check_x("layer_norm::jacobian", x);
+    const layer_norm_stats<Scalar> stats = stats_of(x);
+    const index T = x.rows(), d = x.cols();
+    const accumulator_type inv_d = d > 0 ? accumulator_type(1) / accumulator_type(d) : 0;
+    matrix<Scalar> J = matrix<Scalar>::Zero(T * d, T * d);
+    using acc_matrix = Eigen::Matrix<accumulator_type, Eigen::Dynamic, Eigen::Dynamic>;
+    for (index t = 0; t < T; ++t) {
+      const Eigen::Matrix<accumulator_type, Eigen::Dynamic, 1> xhat =
+          ((x.row(t).template cast<accumulator_type>().array() - stats.mean[t]) * stats.rstd[t])
+              .matrix()
+              .transpose();
+      acc_matrix block = acc_matrix::Identity(d, d);
+      block.array() -= inv_d;
+      block.noalias() -= inv_d * xhat * xhat.transpose();
+      block *= stats.rstd[t];
+      if (has_gamma()) block = gamma.template cast<accumulator_type>().asDiagonal() * block;
+      J.block(t * d, t * d, d, d) = block.template cast<Scalar>();
+    }
+    return J;
+  }
+
+ private:
+  auto gamma_row() const { return gamma.transpose().template cast<accumulator_type>().array(); }
+  auto beta_row() const { return beta.transpose().template cast<accumulator_type>().array(); }
+
+  void check_x(const char* function, const matrix_cref<Scalar>& x) const {
+    detail::check_epsilon(function, eps);
+    if (has_gamma())
+      detail::check_length(function, "gamma", gamma.size(), "x", x.cols(), "columns");
+    if (has_beta()) detail::check_length(function, "beta", beta.size(), "x", x.cols(), "columns");
+  }
+};
+
+static_assert(differentiable_map<layer_norm<float>>);
+static_assert(differentiable_map<layer_norm<double>>);
+
+}  // namespace resnorm
