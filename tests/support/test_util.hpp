@@ -1,0 +1,147 @@
+// tests/support/test_util.hpp — small helpers shared by resnorm's tests.
+//
+//   max_abs_diff(a, b), max_abs(a)        worst entry, in double, of any two Eigen objects
+//   vec(m), unvec(v, rows, cols)          row-major flattening, as Jacobians index it
+//   random_matrix<S>(rows, cols, seed)    seeded N(mean, std²) entries via resnorm::random_normal
+//   check_derivatives(f, x, tolerance)    jacobian() vs finite differences, vjp vs Jᵀu,
+//                                         jvp vs Jv and ⟨u, Jv⟩ = ⟨Jᵀu, v⟩, each CHECKed
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "resnorm/finite_difference.hpp"
+#include "resnorm/matrix.hpp"
+#include "resnorm/random.hpp"
+#include "support/catch.hpp"
+
+namespace resnorm_test {
+
+using resnorm::index;
+using dmatrix = resnorm::matrix<double>;
+using dvector = resnorm::vector<double>;
+
+// max |a − b| over all entries, in double; NaN as soon as one difference is NaN, so a NaN never
+// passes a `<= tolerance` check.
+template <class A, class B>
+double max_abs_diff(const Eigen::DenseBase<A>& a, const Eigen::DenseBase<B>& b) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  double worst = 0;
+  for (index i = 0; i < a.rows(); ++i) {
+    for (index j = 0; j < a.cols(); ++j) {
+      const double e = std::abs(static_cast<double>(a(i, j)) - static_cast<double>(b(i, j)));
+      if (std::isnan(e)) return e;
+      worst = std::max(worst, e);
+    }
+  }
+  return worst;
+}
+
+// max |a| over all entries, in double (0 when empty).
+template <class A>
+double max_abs(const Eigen::DenseBase<A>& a) {
+  double worst = 0;
+  for (index i = 0; i < a.rows(); ++i) {
+    for (index j = 0; j < a.cols(); ++j) {
+      worst = std::max(worst, std::abs(static_cast<double>(a(i, j))));
+    }
+  }
+  return worst;
+}
+
+// vec(m): entry (t, j) of a T x d matrix at index t * d + j (see matrix.hpp).
+template <class S>
+resnorm::vector<S> vec(const resnorm::matrix<S>& m) {
+  return Eigen::Map<const resnorm::vector<S>>(m.data(), m.size());
+}
+
+template <class S>
+resnorm::matrix<S> unvec(const resnorm::vector<S>& v, index rows, index cols) {
+  REQUIRE(v.size() == rows * cols);
+  return Eigen::Map<const resnorm::matrix<S>>(v.data(), rows, cols);
+}
+
+template <class S>
+resnorm::matrix<S> random_matrix(index rows, index cols, std::uint64_t seed, double std_dev = 1.0,
+                                 double mean = 0.0) {
+  resnorm::normal_generator rng(seed);
+  return resnorm::random_normal<S>(rows, cols, rng, std_dev, mean);
+}
+
+template <class S>
+resnorm::vector<S> random_vector(index size, std::uint64_t seed, double std_dev = 1.0,
+                                 double mean = 0.0) {
+  return vec(random_matrix<S>(size, 1, seed, std_dev, mean));
+}
+
+// Tolerance of the algebraic identities vjp = Jᵀu, jvp = Jv and ⟨u, Jv⟩ = ⟨Jᵀu, v⟩, relative to
+// the size of the terms summed (max|J|·max|u|, resp. ‖u‖·‖J‖_F·‖v‖): both sides are the same
+// sums in a different order, so they differ by rounding only, at most ~n·eps for n ≤ a few
+// hundred terms; a wrong formula is off by O(1).
+template <class S>
+double consistency_tolerance() {
+  return 1000.0 * static_cast<double>(std::numeric_limits<S>::epsilon());
+}
+
+// The three-way check of a map's derivatives at x: jacobian() against central finite differences
+// (max_rel_error <= fd_tolerance), vjp(x, u).dx against Jᵀ vec(u), jvp(x, v) against J vec(v),
+// and the adjoint identity, for seeded random u (shaped like F(x)) and v (shaped like x).
+// entry_scale: the size of the terms an entry of J is a difference of, when larger than max|J|
+// (LayerNorm's entries are rstd·(δ − 1/d − xhat xhat/d), which cancel to ~eps·rstd at d = 2);
+// the rounding of vjp and jvp scales with it.
+template <class F>
+void check_derivatives(const F& f, const resnorm::matrix<typename F::scalar_type>& x,
+                       double fd_tolerance, double entry_scale = 0, std::uint64_t seed = 20260101) {
+  using S = typename F::scalar_type;
+  const double tol = consistency_tolerance<S>();
+
+  const resnorm::jacobian_check fd = resnorm::check_jacobian(f, x);
+  {
+    INFO("jacobian() vs finite differences: " << fd.describe());
+    CHECK(fd.max_rel_error <= fd_tolerance);
+  }
+
+  const resnorm::matrix<S> y = f.forward(x);
+  const resnorm::matrix<S> u = random_matrix<S>(y.rows(), y.cols(), seed);
+  const resnorm::matrix<S> v = random_matrix<S>(x.rows(), x.cols(), seed + 1);
+  const dmatrix J = f.jacobian(x).template cast<double>();
+  REQUIRE(J.rows() == y.size());
+  REQUIRE(J.cols() == x.size());
+
+  const resnorm::matrix<S> dx = f.vjp(x, u).dx;
+  const resnorm::matrix<S> jv = f.jvp(x, v);
+  REQUIRE(dx.rows() == x.rows());
+  REQUIRE(dx.cols() == x.cols());
+  REQUIRE(jv.rows() == y.rows());
+  REQUIRE(jv.cols() == y.cols());
+
+  const double j_scale = std::max(entry_scale, max_abs(J));
+  const dvector jt_u = J.transpose() * vec(u).template cast<double>();
+  const dvector j_v = J * vec(v).template cast<double>();
+  const double vjp_error = max_abs_diff(vec(dx), jt_u);
+  const double jvp_error = max_abs_diff(vec(jv), j_v);
+  {
+    INFO("vjp vs J^T u: max abs error " << vjp_error << ", scale " << j_scale * max_abs(u));
+    CHECK(vjp_error <= tol * j_scale * max_abs(u));
+  }
+  {
+    INFO("jvp vs J v: max abs error " << jvp_error << ", scale " << j_scale * max_abs(v));
+    CHECK(jvp_error <= tol * j_scale * max_abs(v));
+  }
+
+  const double u_jv = vec(u).template cast<double>().dot(vec(jv).template cast<double>());
+  const double jtu_v = vec(dx).template cast<double>().dot(vec(v).template cast<double>());
+  const double adjoint_scale =
+      vec(u).template cast<double>().norm() * J.norm() * vec(v).template cast<double>().norm();
+  {
+    INFO("adjoint identity: <u, Jv> = " << u_jv << ", <J^T u, v> = " << jtu_v << ", scale "
+                                        << adjoint_scale);
+    CHECK(std::abs(u_jv - jtu_v) <= tol * adjoint_scale);
+  }
+}
+
+}  // namespace resnorm_test
