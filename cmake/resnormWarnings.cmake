@@ -1,0 +1,40 @@
+# resnorm_warnings: the warning flags for resnorm's OWN targets (tests, benchmarks, examples and
+# the header check). Internal: never linked into resnorm, never installed or exported, so a
+# consumer's flags are its own business.
+#
+# Eigen, Catch2 and Google Benchmark reach these targets through imported targets, whose include
+# directories CMake passes as -isystem: their headers (and the templates instantiated from them)
+# do not trip these warnings, only our code does.
+include_guard(GLOBAL)
+
+add_library(resnorm_warnings INTERFACE)
+
+set(_resnorm_gcc_like_warnings
+  -Wall
+  -Wextra
+  -Wpedantic
+  -Wshadow                # a local hiding a member or outer variable: a classic source of wrong grads
+  -Wdouble-promotion      # float silently widened to double: the float paths must stay float
+  -Wnon-virtual-dtor
+  -Woverloaded-virtual
+  -Wcast-align
+  -Wold-style-cast        # (T)x hides which cast is meant; scalar casts say static_cast<Scalar>
+  -Wformat=2
+  -Wimplicit-fallthrough
+  # Not enabled: -Wconversion / -Wsign-conversion fire on every Eigen::Index <-> int/size_t mix
+  # in ordinary Eigen code and would bury real findings; -Wuseless-cast (GCC) fires on
+  # static_cast<Scalar>(x) whenever Scalar happens to be double; -Wnull-dereference gives
+  # GCC 12 false positives inside libstdc++ at -O2.
+)
+
+target_compile_options(resnorm_warnings INTERFACE
+  "$<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang,AppleClang>:${_resnorm_gcc_like_warnings}>"
+  "$<$<COMPILE_LANG_AND_ID:CXX,MSVC>:/W4;/permissive->")
+
+if(RESNORM_WERROR)
+  target_compile_options(resnorm_warnings INTERFACE
+    "$<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang,AppleClang>:-Werror>"
+    "$<$<COMPILE_LANG_AND_ID:CXX,MSVC>:/WX>")
+endif()
+
+unset(_resnorm_gcc_like_warnings)
