@@ -106,7 +106,7 @@ inline jacobian_check compare_jacobians(const matrix<double>& analytic,
     for (index k = 0; k < analytic.cols(); ++k) {
       const double e = std::abs(analytic(r, k) - numeric(r, k));
       // !(e <= max) also catches a NaN error, which must never pass unnoticed.
-      if (c.row < 0 || !(e <= c.max_abs_error)) {
+      if (c.row < 0 || (!std::isnan(c.max_abs_error) && !(e <= c.max_abs_error))) {
         c.max_abs_error = e;
         c.row = r;
         c.col = k;
