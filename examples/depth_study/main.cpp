@@ -38,11 +38,10 @@ summary summarise(const series& v) {
   return s;
 }
 
-void print_summary(const char* what, const series& v, const char* format = "%.4g") {
+void print_summary(const char* what, const series& v, int digits = 4) {
   const summary s = summarise(v);
-  std::string f = std::string("  %-46s mean ") + format + "  sd " + format + "  range [" + format +
-                  ", " + format + "]  (%zu seeds)\n";
-  std::printf(f.c_str(), what, s.mean, s.sd, s.min, s.max, v.size());
+  std::printf("  %-46s mean %.*g  sd %.*g  range [%.*g, %.*g]  (%zu seeds)\n", what, digits, s.mean,
+              digits, s.sd, digits, s.min, digits, s.max, v.size());
 }
 
 void verdict(bool agrees, const std::string& claim) {
@@ -122,7 +121,7 @@ void jacobian(const std::filesystem::path& dir) {
   print_summary("h = 0.1 sigma_max at l = 24", small_hi);
   print_summary("h = 1 sigma_max at l = 24", large_max);
   print_summary("h = 1 sigma_min at l = 24", large_min);
-  print_summary("h where sigma_max(24 layers) = 10", cross, "%.3f");
+  print_summary("h where sigma_max(24 layers) = 10", cross, 3);
   const summary lo = summarise(large_min), c = summarise(cross);
   verdict(lo.min > 0,
           "exercise 3 says sigma_min = 0 at h = 1: it is tiny (ill-conditioned product), "
