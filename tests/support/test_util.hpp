@@ -5,6 +5,7 @@
 //   random_matrix<S>(rows, cols, seed)    seeded N(mean, std²) entries via resnorm::random_normal
 //   check_derivatives(f, x, tolerance)    jacobian() vs finite differences, vjp vs Jᵀu,
 //                                         jvp vs Jv and ⟨u, Jv⟩ = ⟨Jᵀu, v⟩, each CHECKed
+//   check_parameter_gradient(...)         a parameter gradient vs finite differences of ⟨u, F(x)⟩
 #pragma once
 
 #include <Eigen/Core>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/matrix.hpp"
@@ -142,6 +144,31 @@ void check_derivatives(const F& f, const resnorm::matrix<typename F::scalar_type
                                         << adjoint_scale);
     CHECK(std::abs(u_jv - jtu_v) <= tol * adjoint_scale);
   }
+}
+
+// A parameter gradient (dgamma, dweight, ...) of the loss ⟨u, F(x)⟩ against central differences:
+// access(f) returns a reference to the parameter inside a copy of f, so nested parameters are
+// reached by member name (e.g. [](auto& b) -> auto& { return b.norm.gamma; }). Passes when
+// max|analytic − numeric| <= tolerance · (1 + max|numeric|).
+template <class F, class Access, class Gradient>
+void check_parameter_gradient(const char* name, const F& f,
+                              const resnorm::matrix<typename F::scalar_type>& x,
+                              const resnorm::matrix<typename F::scalar_type>& u, Access access,
+                              const Gradient& analytic, double tolerance) {
+  F copy = f;
+  const auto p0 = access(copy);  // the parameter's value, by copy
+  const auto loss = [&](const std::decay_t<decltype(p0)>& p) {
+    access(copy) = p;
+    return (u.template cast<double>().array() * copy.forward(x).template cast<double>().array())
+        .sum();
+  };
+  const auto numeric = resnorm::finite_difference_gradient(loss, p0);
+  INFO("gradient of <u, F(x)> with respect to " << name);
+  REQUIRE(analytic.rows() == numeric.rows());
+  REQUIRE(analytic.cols() == numeric.cols());
+  const double error = max_abs_diff(analytic, numeric);
+  INFO("max abs error " << error << ", scale " << max_abs(numeric));
+  CHECK(error <= tolerance * (1 + max_abs(numeric)));
 }
 
 }  // namespace resnorm_test
