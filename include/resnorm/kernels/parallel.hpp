@@ -1,0 +1,115 @@
+// resnorm/kernels/parallel.hpp — splitting rows across OpenMP threads, and the scratch space
+// the backward kernels reduce dγ/dβ through.
+//
+// Built with OpenMP (CMake option RESNORM_OPENMP, which links OpenMP::OpenMP_CXX), the kernels
+// split rows across omp_get_max_threads() threads; without it everything runs serially and
+// computes the same bits. Inputs under parallel_min_elements run serially either way: starting a
+// thread team costs microseconds, a 1 x 4096 row takes well under one.
+//
+// Determinism: a backward splits its rows into reduction_blocks(rows) blocks fixed by the row
+// count alone. Each block sums dγ, dβ over its rows in row order into its own slot, and the
+// slots are added in block order at the end. Threads take whole blocks, so the result is the
+// same bits for any thread count (1 up to max_reduction_blocks threads do useful work).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "resnorm/matrix.hpp"
+
+namespace resnorm::kernels {
+
+// 64 Ki elements (256 KiB of float): below this a kernel runs in tens of microseconds or less
+// and a thread team's start-up and barrier would be a visible share of it.
+inline constexpr index parallel_min_elements = index(1) << 16;
+
+// Upper bound on the threads a backward can use; each block costs 2·dim floats of scratch.
+inline constexpr index max_reduction_blocks = 8;
+
+// Rows per block at least 16, so a block's slot is amortised over some rows.
+inline index reduction_blocks(index rows) {
+  return std::clamp<index>(rows / 16, 1, max_reduction_blocks);
+}
+
+inline int thread_count() {
+#if defined(_OPENMP)
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// body(b) for b in [0, tasks), on up to thread_count() threads when elements (the work) is
+// large enough; each thread runs a contiguous range of b.
+template <class Body>
+void parallel_tasks(index tasks, index elements, const Body& body) {
+#if defined(_OPENMP)
+  if (tasks > 1 && elements >= parallel_min_elements && thread_count() > 1) {
+#pragma omp parallel
+    {
+      const index threads = omp_get_num_threads(), t = omp_get_thread_num();
+      const index begin = tasks * t / threads, end = tasks * (t + 1) / threads;
+      for (index b = begin; b < end; ++b) body(b);
+    }
+    return;
+  }
+#else
+  (void)elements;
+#endif
+  for (index b = 0; b < tasks; ++b) body(b);
+}
+
+// body(begin, end) over rows [0, rows), one contiguous range per thread.
+template <class Body>
+void parallel_rows(index rows, index dim, const Body& body) {
+  const index threads =
+      rows * dim >= parallel_min_elements ? std::min<index>(thread_count(), rows) : 1;
+  parallel_tasks(threads, rows * dim,
+                 [&](index t) { body(rows * t / threads, rows * (t + 1) / threads); });
+}
+
+// Scratch the backward kernels reduce through: reduction_blocks(rows) slots of 2·dim
+// accumulators. Keep one and pass it to the _into entry points:
+// after the first call of a given size, no call allocates.
+class kernel_workspace {
+ public:
+  // Makes room for a backward of rows x dim (float and double accumulators both).
+  void reserve(index rows, index dim) {
+    const std::size_t n = slot_stride(dim) * 2 * static_cast<std::size_t>(reduction_blocks(rows));
+    if (f32_.size() < n) f32_.resize(n);
+    if (f64_.size() < n) f64_.resize(n);
+  }
+
+  // Slot b (0 ≤ b < blocks) of accumulators, 2·dim long: [0, dim) dγ, [stride, stride+dim) dβ.
+  template <class C>
+  C* slot(index b, index dim) {
+    auto& buffer = storage<C>();
+    return buffer.data() + static_cast<std::size_t>(b) * 2 * slot_stride(dim);
+  }
+
+  // Distance between the dγ and dβ halves: dim rounded up to a cache line, plus one line, so
+  // the slots of two threads never share a line (false sharing slows narrow rows several-fold).
+  static std::size_t slot_stride(index dim) {
+    return (static_cast<std::size_t>(dim) + 15) / 16 * 16 + 16;
+  }
+
+ private:
+  template <class C>
+  std::vector<C>& storage() {
+    if constexpr (sizeof(C) == sizeof(double)) {
+      return f64_;
+    } else {
+      return f32_;
+    }
+  }
+
+  std::vector<float> f32_;
+  std::vector<double> f64_;
+};
+
+}  // namespace resnorm::kernels

@@ -1,0 +1,208 @@
+// resnorm/kernels/storage.hpp — how the row kernels read and write their element types.
+//
+// A kernel stores T (float, double or Eigen::bfloat16) and computes in compute_t<T>: double for
+// double, float otherwise. bf16 widens to float exactly (its bits are the top 16 of a float) and
+// narrows with round-to-nearest-even, quiet NaN kept NaN. Both are written as integer shifts and
+// selects, so the compiler vectorises them (no call into Eigen's scalar conversion per element).
+//
+// stream_copy writes with non-temporal stores: the bytes go to memory without first pulling the
+// destination's cache lines in (no read-for-ownership) and without evicting the working set. It
+// pays off only for outputs much larger than the cache, so callers choose it by size
+// (use_streaming_stores).
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include "resnorm/matrix.hpp"
+
+// No-alias promise on kernel row pointers: without it GCC versions every loop over x, dy, dx,
+// gamma and dgamma (all float*) for overlap, or gives up vectorising.
+#if defined(__GNUC__) || defined(__clang__)
+#define RESNORM_RESTRICT __restrict__
+#else
+#define RESNORM_RESTRICT
+#endif
+
+namespace resnorm::kernels {
+
+using bf16 = Eigen::bfloat16;
+
+// Per-feature parameters (gamma, beta) and their gradients: float for float and bf16 storage.
+template <class T>
+using param_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// The arithmetic of the fast kernels: float for float and bf16 (the data's own precision, with
+// the mean kept in double), double for double. The layer_norm class instantiates the same
+// kernels with C = double for float, to round each output once.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// The storage types the row kernels are instantiated for; other scalars (long double) take the
+// plain loops in the public classes.
+template <class T>
+inline constexpr bool has_kernel =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>;
+
+// ---- element conversion --------------------------------------------------------------------
+
+inline float load(float v) { return v; }
+inline double load(double v) { return v; }
+// bf16 → float: the 16 stored bits become the high half of the float (exact).
+inline float load(bf16 v) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(v.value) << 16);
+}
+
+// load, then widen to the compute type C.
+template <class C, class T>
+C load_as(T v) {
+  return static_cast<C>(load(v));
+}
+
+// Round a compute-type value into storage type T.
+template <class T, class V>
+T store(V v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate.
+    // A NaN keeps its sign and becomes a quiet NaN (0x7fc0 | sign) instead of rounding to Inf.
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(static_cast<float>(v));
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet_nan = (u >> 16) | 0x40u;
+    const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+    T out;
+    out.value = static_cast<unsigned short>(is_nan ? quiet_nan : rounded);
+    return out;
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// ---- streaming stores ----------------------------------------------------------------------
+
+// Outputs at least this large (bytes) bypass the cache: 8 MiB is twice this machine class's
+// per-core L2, past which the output cannot stay cached for the next layer anyway.
+inline constexpr std::size_t streaming_min_bytes = std::size_t(8) << 20;
+
+inline bool use_streaming_stores(std::size_t output_bytes) {
+#if defined(__SSE2__)
+  return output_bytes >= streaming_min_bytes;
+#else
+  (void)output_bytes;
+  return false;
+#endif
+}
+
+// memcpy(dst, src, bytes) with non-temporal stores for the 64-byte-aligned middle of dst.
+inline void stream_copy(void* dst, const void* src, std::size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+#if defined(__SSE2__)
+  const std::size_t head =
+      std::min(bytes, (64 - (reinterpret_cast<std::uintptr_t>(d) & 63u)) & 63u);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d),
+                        _mm512_loadu_si512(reinterpret_cast<const void*>(s)));
+#elif defined(__AVX__)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+#else
+    for (int k = 0; k < 64; k += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + k),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k)));
+    }
+#endif
+  }
+#endif
+  std::memcpy(d, s, bytes);
+}
+
+// Orders the non-temporal stores before anything that follows (another thread reading y).
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// Elements per chunk when a row is computed into an L1 buffer and then streamed out.
+inline constexpr index stream_chunk = 1024;
+
+// ---- lane reductions -----------------------------------------------------------------------
+//
+// Reductions keep `lanes` independent partial sums (one or two SIMD registers' worth, so the
+// adds do not wait on each other) and fold them in a fixed order: the result depends on the
+// row's length only, never on the instruction set or the thread that ran it.
+// 64 float or 32 double lanes: eight 256-bit (four 512-bit) registers, enough independent
+// chains to hide the add latency (4 cycles, 2 per cycle).
+template <class A>
+inline constexpr int lane_count = 256 / sizeof(A);
+
+template <class A, int N>
+double fold_lanes(const A (&acc)[N]) {
+  double s = 0;
+  for (int k = 0; k < N; ++k) s += static_cast<double>(acc[k]);
+  return s;
+}
+
+// Σ_j x_j in double.
+template <class T>
+double sum_in_double(const T* x, index n) {
+  constexpr int lanes = lane_count<double>;
+  double acc[lanes] = {};
+  index j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    for (int k = 0; k < lanes; ++k) acc[k] += static_cast<double>(load(x[j + k]));
+  }
+  double tail = 0;
+  for (; j < n; ++j) tail += static_cast<double>(load(x[j]));
+  return fold_lanes(acc) + tail;
+}
+
+// Σ_j x_j² in double.
+template <class T>
+double square_sum_in_double(const T* x, index n) {
+  constexpr int lanes = lane_count<double>;
+  double acc[lanes] = {};
+  index j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    for (int k = 0; k < lanes; ++k) {
+      const double v = static_cast<double>(load(x[j + k]));
+      acc[k] += v * v;
+    }
+  }
+  double tail = 0;
+  for (; j < n; ++j) {
+    const double v = static_cast<double>(load(x[j]));
+    tail += v * v;
+  }
+  return fold_lanes(acc) + tail;
+}
+
+// The mean as an unevaluated sum hi + lo of two compute_t values (hi = mean rounded, lo = the
+// rounding error rounded). x − hi is exact for x within a factor 2 of the mean (Sterbenz), so
+// c = (x − hi) − lo is x − mean with one rounding, even on rows of large offset where float
+// x − float(mean) would be off by half an ulp of the mean.
+template <class C>
+struct split_mean {
+  C hi, lo;
+  explicit split_mean(double mean)
+      : hi(static_cast<C>(mean)), lo(static_cast<C>(mean - static_cast<double>(hi))) {}
+  C centre(C v) const { return (v - hi) - lo; }
+};
+
+}  // namespace resnorm::kernels

@@ -1,0 +1,169 @@
+// Tests of kernels/layer_norm_kernel.hpp and the layer_norm class routed through it: forward and
+// backward against long-double loops (tests/reference/norm_kernel_reference.hpp), the
+// large-offset accuracy, the saved-stats and recompute modes, and the argument checks.
+#include "resnorm/kernels/layer_norm_kernel.hpp"
+
+#include <limits>
+#include <vector>
+
+#include "reference/norm_kernel_reference.hpp"
+#include "resnorm/layer_norm.hpp"
+#include "support/catch.hpp"
+#include "support/test_util.hpp"
+
+namespace {
+
+using resnorm::matrix;
+using resnorm::vector;
+using resnorm_reference::norm_kind;
+using resnorm_test::max_abs;
+using resnorm_test::max_abs_diff;
+using resnorm_test::random_matrix;
+using resnorm_test::random_vector;
+
+// Relative tolerance of the kernels against long double, times max(1, max|reference|): the
+// kernel rounds each y (dx) a few times in the compute type and sums up to ~4000 terms in
+// 16 lanes of it, a few hundred ulps at worst; a wrong term is off by O(1).
+template <class S>
+double tolerance() {
+  return std::is_same_v<S, float> ? 4e-6 : 1e-13;
+}
+
+// The large-offset requirement: float rows x = 1e4 + N(0, 1) keep y and dx within 1e-5 of the
+// exact result (a float mean alone would cost ~5e-4).
+constexpr double offset_tolerance = 1e-5;
+
+const std::vector<Eigen::Index> row_counts = {0, 1, 3, 37};
+const std::vector<Eigen::Index> dims = {1, 2, 5, 17, 1000, 4099};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("layer_norm kernel forward: matches the long-double loops",
+                   "[layer_norm][kernel]", float, double) {
+  using S = TestType;
+  const double eps = 1e-5;
+  for (Eigen::Index rows : row_counts) {
+    for (Eigen::Index dim : dims) {
+      for (int affine = 0; affine < 3; ++affine) {
+        CAPTURE(rows, dim, affine);
+        const matrix<S> x = random_matrix<S>(rows, dim, 7 + rows * 31 + dim, 2.0, 0.5);
+        const vector<S> gamma = affine >= 1 ? random_vector<S>(dim, 11) : vector<S>();
+        const vector<S> beta = affine >= 2 ? random_vector<S>(dim, 12) : vector<S>();
+        matrix<S> y(rows, dim);
+        vector<double> mean(rows), rstd(rows);
+        resnorm::layer_norm_forward_into<S>(x, gamma, beta, eps, y, mean, rstd);
+        const auto ref = resnorm_reference::norm_forward(norm_kind::layer, x, gamma, beta, eps);
+        const double scale = std::max(1.0, max_abs(ref.y));
+        CHECK(max_abs_diff(y, ref.y) <= tolerance<S>() * scale);
+        CHECK(max_abs_diff(mean, ref.mean) <= 1e-14 * std::max(1.0, max_abs(ref.mean)));
+        CHECK(max_abs_diff(rstd, ref.rstd) <= tolerance<S>() * std::max(1.0, max_abs(ref.rstd)));
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("layer_norm kernel vjp: matches the long-double Jacobian products",
+                   "[layer_norm][kernel][vjp]", float, double) {
+  using S = TestType;
+  const double eps = 1e-5;
+  for (Eigen::Index rows : row_counts) {
+    for (Eigen::Index dim :
+         {Eigen::Index(1), Eigen::Index(2), Eigen::Index(5), Eigen::Index(17), Eigen::Index(300)}) {
+      for (bool with_gamma : {false, true}) {
+        CAPTURE(rows, dim, with_gamma);
+        const matrix<S> x = random_matrix<S>(rows, dim, 100 + rows + dim, 1.5, -0.25);
+        const matrix<S> dy = random_matrix<S>(rows, dim, 200 + rows + dim);
+        const vector<S> gamma = with_gamma ? random_vector<S>(dim, 13) : vector<S>();
+        matrix<S> y(rows, dim), dx(rows, dim);
+        vector<double> mean(rows), rstd(rows);
+        vector<S> dgamma(dim), dbeta(dim);
+        resnorm::layer_norm_forward_into<S>(x, gamma, vector<S>(), eps, y, mean, rstd);
+        resnorm::kernels::kernel_workspace ws;
+        resnorm::layer_norm_vjp_into<S>(x, dy, gamma, mean, rstd, dx, dgamma, dbeta, ws);
+        const auto ref = resnorm_reference::norm_backward(norm_kind::layer, x, dy, gamma, eps);
+        CHECK(max_abs_diff(dx, ref.dx) <= tolerance<S>() * std::max(1.0, max_abs(ref.dx)));
+        CHECK(max_abs_diff(dgamma, ref.dgamma) <= tolerance<S>() *
+                                                      std::max(1.0, max_abs(ref.dgamma)) *
+                                                      std::max<Eigen::Index>(rows, 1));
+        CHECK(max_abs_diff(dbeta, ref.dbeta) <=
+              tolerance<S>() * std::max(1.0, max_abs(ref.dbeta)) * std::max<Eigen::Index>(rows, 1));
+
+        // Recomputing the statistics runs the same row-statistics code: the same bits.
+        matrix<S> dx2(rows, dim);
+        vector<S> dgamma2(dim), dbeta2(dim);
+        resnorm::layer_norm_vjp_recompute_into<S>(x, dy, gamma, eps, dx2, dgamma2, dbeta2, ws);
+        CHECK(dx2 == dx);
+        CHECK(dgamma2 == dgamma);
+        CHECK(dbeta2 == dbeta);
+      }
+    }
+  }
+}
+
+TEST_CASE("layer_norm kernel: float rows of large offset keep y and dx to 1e-5",
+          "[layer_norm][kernel][accuracy]") {
+  for (Eigen::Index dim : {Eigen::Index(64), Eigen::Index(768), Eigen::Index(4096)}) {
+    CAPTURE(dim);
+    const Eigen::Index rows = 8;
+    const matrix<float> x = random_matrix<float>(rows, dim, 5, 1.0, 1e4);
+    const matrix<float> dy = random_matrix<float>(rows, dim, 6);
+    const vector<float> gamma = random_vector<float>(dim, 7, 0.1, 1.0);
+    const vector<float> beta = random_vector<float>(dim, 8);
+    matrix<float> y(rows, dim), dx(rows, dim);
+    vector<double> mean(rows), rstd(rows);
+    vector<float> dgamma(dim), dbeta(dim);
+    resnorm::layer_norm_forward_into<float>(x, gamma, beta, 1e-5, y, mean, rstd);
+    resnorm::kernels::kernel_workspace ws;
+    resnorm::layer_norm_vjp_into<float>(x, dy, gamma, mean, rstd, dx, dgamma, dbeta, ws);
+    const auto ref = resnorm_reference::norm_forward(norm_kind::layer, x, gamma, beta, 1e-5L);
+    const auto ref_grad = resnorm_reference::norm_backward(norm_kind::layer, x, dy, gamma, 1e-5L);
+    CHECK(max_abs_diff(y, ref.y) <= offset_tolerance);
+    CHECK(max_abs_diff(dx, ref_grad.dx) <= offset_tolerance);
+  }
+}
+
+TEMPLATE_TEST_CASE("layer_norm class: forward and vjp agree with the _into kernels",
+                   "[layer_norm][kernel]", float, double) {
+  using S = TestType;
+  const Eigen::Index rows = 3, dim = 40;
+  resnorm::layer_norm<S> ln(random_vector<S>(dim, 1), random_vector<S>(dim, 2), S(1e-5));
+  const matrix<S> x = random_matrix<S>(rows, dim, 3);
+  const matrix<S> dy = random_matrix<S>(rows, dim, 4);
+  const auto out = ln.forward_with_stats(x);
+  CHECK(ln.forward(x) == out.y);
+  matrix<S> y(rows, dim);
+  ln.forward_into(x, y);
+  CHECK(y == out.y);
+
+  const auto saved = ln.vjp(x, dy, out.stats);
+  const auto recomputed = ln.vjp(x, dy);
+  CHECK(saved.dx == recomputed.dx);
+  CHECK(saved.dgamma == recomputed.dgamma);
+  CHECK(saved.dbeta == recomputed.dbeta);
+
+  const auto ref = resnorm_reference::norm_backward(norm_kind::layer, x, dy, ln.gamma, 1e-5L);
+  CHECK(max_abs_diff(saved.dx, ref.dx) <= tolerance<S>() * std::max(1.0, max_abs(ref.dx)));
+  CHECK(max_abs_diff(saved.dbeta, ref.dbeta) <= tolerance<S>() * 4 * max_abs(ref.dbeta));
+}
+
+TEST_CASE("layer_norm kernel: arguments are checked", "[layer_norm][kernel][errors]") {
+  const matrix<float> x = matrix<float>::Ones(2, 4);
+  matrix<float> y(2, 4), bad_y(2, 3);
+  vector<double> mean(2), rstd(2), short_stats(1);
+  const vector<float> gamma(3), none;
+  resnorm::kernels::kernel_workspace ws;
+  REQUIRE_THROWS_MATCHES(
+      resnorm::layer_norm_forward_into<float>(x, gamma, none, 1e-5, y, mean, rstd),
+      std::invalid_argument,
+      resnorm_test::message_contains("layer_norm_forward_into: gamma has 3 elements, x has 4"));
+  REQUIRE_THROWS_MATCHES(
+      resnorm::layer_norm_forward_into<float>(x, none, none, 1e-5, bad_y, mean, rstd),
+      std::invalid_argument, resnorm_test::message_contains("y is 2x3, x is 2x4"));
+  REQUIRE_THROWS_MATCHES(
+      resnorm::layer_norm_forward_into<float>(x, none, none, -1.0, y, mean, rstd),
+      std::invalid_argument, resnorm_test::message_contains("eps must be >= 0"));
+  vector<float> dg(4), db(4);
+  REQUIRE_THROWS_MATCHES(
+      resnorm::layer_norm_vjp_into<float>(x, x, none, short_stats, rstd, y, dg, db, ws),
+      std::invalid_argument, resnorm_test::message_contains("mean has 1 elements, x has 2 rows"));
+}
