@@ -31,30 +31,11 @@
 
 namespace resnorm {
 
-template <class T>
-using matrix_ref = Eigen::Ref<matrix<T>>;
-template <class T>
-using vector_ref = Eigen::Ref<vector<T>>;
-
 namespace kernels {
 
 struct row_stats {
   double mean, rstd;
 };
-
-// Calls f.template operator()<A, B>() with the runtime flags a, b as template arguments.
-template <class F>
-void dispatch2(bool a, bool b, const F& f) {
-  if (a && b) {
-    f.template operator()<true, true>();
-  } else if (a) {
-    f.template operator()<true, false>();
-  } else if (b) {
-    f.template operator()<false, true>();
-  } else {
-    f.template operator()<false, false>();
-  }
-}
 
 // Two passes over the row (the second from L1): mean = Σx/d in double, then
 // var = Σ((x − hi) − lo)²/d on the centred values.
@@ -159,40 +140,6 @@ void layer_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT d
   }
 }
 
-// The row blocks of a backward: block b sums dγ/dβ over its rows, in row order, into its own
-// workspace slot (type C); the slots are then added in block order and rounded into
-// dgamma/dbeta (type P). row_vjp(t, dgamma_slot, dbeta_slot) does one row.
-template <class C, class P, class RowVjp>
-void blocked_vjp(index rows, index d, P* dgamma, P* dbeta, kernel_workspace& ws,
-                 const RowVjp& row_vjp) {
-  const index blocks = reduction_blocks(rows);
-  const std::size_t stride = kernel_workspace::slot_stride(d);
-  const bool want = dgamma != nullptr || dbeta != nullptr;
-  if (want) ws.reserve(rows, d);
-  parallel_tasks(blocks, rows * d, [&](index b) {
-    C* slot = want ? ws.slot<C>(b, d) : nullptr;
-    C* dg = dgamma ? slot : nullptr;
-    C* db = dbeta ? slot + stride : nullptr;
-    for (index j = 0; j < d; ++j) {
-      if (dg) dg[j] = C(0);
-      if (db) db[j] = C(0);
-    }
-    const index begin = rows * b / blocks, end = rows * (b + 1) / blocks;
-    for (index t = begin; t < end; ++t) row_vjp(t, dg, db);
-  });
-  if (!want) return;
-  for (index j = 0; j < d; ++j) {
-    C sum_g = 0, sum_b = 0;
-    for (index b = 0; b < blocks; ++b) {
-      const C* slot = ws.slot<C>(b, d);
-      sum_g += slot[j];
-      sum_b += slot[stride + j];
-    }
-    if (dgamma) dgamma[j] = static_cast<P>(sum_g);
-    if (dbeta) dbeta[j] = static_cast<P>(sum_b);
-  }
-}
-
 template <class T, class C>
 void layer_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* gamma,
                          const double* mean, const double* rstd, double eps, matrix_ref<T> dx,
@@ -208,22 +155,6 @@ void layer_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* 
       });
     });
   });
-}
-
-template <class V>
-auto data_or_null(V& v) -> decltype(v.data()) {
-  return v.size() == 0 ? nullptr : v.data();
-}
-
-template <class T>
-void check_params(const char* function, index cols, const vector_cref<param_t<T>>& gamma,
-                  const char* name = "gamma") {
-  if (gamma.size() != 0) detail::check_length(function, name, gamma.size(), "x", cols, "columns");
-}
-
-template <class T>
-void check_optional_rows(const char* function, const char* name, index size, index rows) {
-  if (size != 0) detail::check_length(function, name, size, "x", rows, "rows");
 }
 
 }  // namespace kernels

@@ -112,4 +112,52 @@ class kernel_workspace {
   std::vector<double> f64_;
 };
 
+// Calls f.template operator()<A, B>() with the runtime flags a, b as template arguments.
+template <class F>
+void dispatch2(bool a, bool b, const F& f) {
+  if (a && b) {
+    f.template operator()<true, true>();
+  } else if (a) {
+    f.template operator()<true, false>();
+  } else if (b) {
+    f.template operator()<false, true>();
+  } else {
+    f.template operator()<false, false>();
+  }
+}
+
+// The row blocks of a backward: block b sums dγ/dβ over its rows, in row order, into its own
+// workspace slot (type C); the slots are then added in block order and rounded into
+// dgamma/dbeta (type P). row_vjp(t, dgamma_slot, dbeta_slot) does one row.
+template <class C, class P, class RowVjp>
+void blocked_vjp(index rows, index d, P* dgamma, P* dbeta, kernel_workspace& ws,
+                 const RowVjp& row_vjp) {
+  const index blocks = reduction_blocks(rows);
+  const std::size_t stride = kernel_workspace::slot_stride(d);
+  const bool want = dgamma != nullptr || dbeta != nullptr;
+  if (want) ws.reserve(rows, d);
+  parallel_tasks(blocks, rows * d, [&](index b) {
+    C* slot = want ? ws.slot<C>(b, d) : nullptr;
+    C* dg = dgamma ? slot : nullptr;
+    C* db = dbeta ? slot + stride : nullptr;
+    for (index j = 0; j < d; ++j) {
+      if (dg) dg[j] = C(0);
+      if (db) db[j] = C(0);
+    }
+    const index begin = rows * b / blocks, end = rows * (b + 1) / blocks;
+    for (index t = begin; t < end; ++t) row_vjp(t, dg, db);
+  });
+  if (!want) return;
+  for (index j = 0; j < d; ++j) {
+    C sum_g = 0, sum_b = 0;
+    for (index b = 0; b < blocks; ++b) {
+      const C* slot = ws.slot<C>(b, d);
+      sum_g += slot[j];
+      sum_b += slot[stride + j];
+    }
+    if (dgamma) dgamma[j] = static_cast<P>(sum_g);
+    if (dbeta) dbeta[j] = static_cast<P>(sum_b);
+  }
+}
+
 }  // namespace resnorm::kernels

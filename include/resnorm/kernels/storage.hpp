@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #endif
 
+#include "resnorm/detail/check.hpp"
 #include "resnorm/matrix.hpp"
 
 // No-alias promise on kernel row pointers: without it GCC versions every loop over x, dy, dx,
@@ -33,7 +34,15 @@
 #define RESNORM_RESTRICT
 #endif
 
-namespace resnorm::kernels {
+namespace resnorm {
+
+// Caller-owned outputs of the _into entry points.
+template <class T>
+using matrix_ref = Eigen::Ref<matrix<T>>;
+template <class T>
+using vector_ref = Eigen::Ref<vector<T>>;
+
+namespace kernels {
 
 using bf16 = Eigen::bfloat16;
 
@@ -205,4 +214,23 @@ struct split_mean {
   C centre(C v) const { return (v - hi) - lo; }
 };
 
-}  // namespace resnorm::kernels
+// ---- argument checks shared by the _into entry points -------------------------------------
+
+template <class V>
+auto data_or_null(V& v) -> decltype(v.data()) {
+  return v.size() == 0 ? nullptr : v.data();
+}
+
+template <class T>
+void check_params(const char* function, index cols, const vector_cref<param_t<T>>& gamma,
+                  const char* name = "gamma") {
+  if (gamma.size() != 0) detail::check_length(function, name, gamma.size(), "x", cols, "columns");
+}
+
+template <class T>
+void check_optional_rows(const char* function, const char* name, index size, index rows) {
+  if (size != 0) detail::check_length(function, name, size, "x", rows, "rows");
+}
+
+}  // namespace kernels
+}  // namespace resnorm
