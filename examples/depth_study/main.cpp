@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -294,8 +295,11 @@ void layer_norm_loss_section(const std::filesystem::path& dir) {
 void inversion(const std::filesystem::path& dir) {
   heading("6. Invertible residual: x <- y - h f(x), 60 iterations, d = 32");
   const inversion_result r = invert_residual(5);
-  std::printf("  sigma_max(W) = %.4f, max GELU' = %.5f (exact GELU'(sqrt 2) = 1.12897)\n",
-              r.sigma_max_w, r.max_gelu_slope);
+  // max GELU' sits where GELU'' = φ(x)(2 − x²) vanishes: GELU'(√2) = Φ(√2) + √2 φ(√2).
+  const double exact_slope =
+      0.5 * std::erfc(-1.0) + std::sqrt(2.0) * std::exp(-1.0) / std::sqrt(2 * std::numbers::pi);
+  std::printf("  sigma_max(W) = %.4f, max GELU' on the grid = %.6f (exact GELU'(sqrt 2) = %.6f)\n",
+              r.sigma_max_w, r.max_gelu_slope, exact_slope);
   std::printf("  h Lip(f) <= %.4f (h = %.1f), %.4f (h = %.1f); lesson 0.216, 2.16\n", r.bound_small,
               r.h_small, r.bound_large, r.h_large);
   std::printf("  recovery error: h = %.1f %.3g (lesson 1.1e-16); h = %.1f %.3g\n", r.h_small,
