@@ -1,0 +1,156 @@
+// Tests of kernels/gelu_kernel.hpp: the float kernels' stated accuracy, |error| ≤ 1e-6·max(1, |x|)
+// against a double reference, over a dense sweep of the floats in [−10, 10]; e^x; the vjp as
+// dy ⊙ GELU'; edge shapes and argument checks.
+#include "resnorm/kernels/gelu_kernel.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/test_util.hpp"
+
+namespace {
+
+using resnorm::gelu_approximation;
+using resnorm::matrix;
+using resnorm_test::random_matrix;
+
+// The accuracy the kernel header states, absolute, scaled by max(1, |x|).
+constexpr double stated_error = 1e-6;
+
+// Every 251st float bit pattern in [0, 10], both signs: ~8.7 million of the ~2.2 billion floats in
+// [−10, 10], spaced ~1e-5 apart in relative terms, so every binade and every stretch of the
+// polynomial fits is visited (a full sweep takes minutes).
+constexpr std::uint32_t sweep_stride = 251;
+constexpr std::uint32_t ten_bits = 0x41200000u;  // 10.0f
+
+// Double references: the textbook formulas evaluated in double (std::erfc, std::exp).
+double ref_cdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+double ref_erf_value(double x) { return x * ref_cdf(x); }
+double ref_erf_slope(double x) {
+  return ref_cdf(x) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * 3.14159265358979323846);
+}
+double ref_sigma(double x) {
+  const double u = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+  return 1.0 / (1.0 + std::exp(-2.0 * u));
+}
+double ref_tanh_value(double x) { return x * ref_sigma(x); }
+double ref_tanh_slope(double x) {
+  const double s = ref_sigma(x);
+  const double du = std::sqrt(2.0 / 3.14159265358979323846) * (1.0 + 3.0 * 0.044715 * x * x);
+  return s + x * 2.0 * s * (1.0 - s) * du;
+}
+
+// Runs kernel(x_block, out_block) over the sweep in blocks and returns the worst
+// |out − ref(x)| / max(1, |x|), with the x where it occurs.
+template <class Kernel, class Ref>
+std::pair<double, float> worst_error(Kernel kernel, Ref ref) {
+  std::vector<float> xs;
+  for (std::uint32_t u = 0; u <= ten_bits; u += sweep_stride) {
+    xs.push_back(std::bit_cast<float>(u));
+    xs.push_back(-std::bit_cast<float>(u));
+  }
+  xs.push_back(10.f);
+  xs.push_back(-10.f);
+  const auto n = static_cast<Eigen::Index>(xs.size());
+  const Eigen::Map<const matrix<float>> x(xs.data(), 1, n);
+  matrix<float> out(1, n);
+  kernel(x, out);
+  double worst = 0;
+  float at = 0;
+  for (Eigen::Index k = 0; k < n; ++k) {
+    const double xd = static_cast<double>(xs[static_cast<std::size_t>(k)]);
+    const double e =
+        std::abs(static_cast<double>(out(0, k)) - ref(xd)) / std::max(1.0, std::abs(xd));
+    if (!(e <= worst)) {
+      worst = e;
+      at = xs[static_cast<std::size_t>(k)];
+    }
+  }
+  return {worst, at};
+}
+
+}  // namespace
+
+TEST_CASE("gelu kernel: float e^x is within 2 ulp-ish of std::exp", "[gelu][kernel]") {
+  double worst = 0;
+  for (float x = -87.f; x <= 88.f; x += 0.001953125f) {
+    const double r = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(static_cast<double>(resnorm::kernels::exp_float(x)) - r) / r);
+  }
+  // 2.5e-7: a few float roundings (eps_f = 1.19e-7) in the polynomial and the reduction.
+  CHECK(worst <= 2.5e-7);
+}
+
+TEST_CASE("gelu kernel: float forward and slope meet the stated error on [-10, 10]",
+          "[gelu][kernel][accuracy]") {
+  SECTION("erf forward") {
+    const auto [e, at] = worst_error(
+        [](const auto& x, auto& y) {
+          resnorm::gelu_forward_into<float>(x, gelu_approximation::erf, y);
+        },
+        ref_erf_value);
+    CAPTURE(e, at);
+    CHECK(e <= stated_error);
+  }
+  SECTION("tanh forward") {
+    const auto [e, at] = worst_error(
+        [](const auto& x, auto& y) {
+          resnorm::gelu_forward_into<float>(x, gelu_approximation::tanh, y);
+        },
+        ref_tanh_value);
+    CAPTURE(e, at);
+    CHECK(e <= stated_error);
+  }
+  SECTION("erf derivative") {
+    const auto [e, at] = worst_error(
+        [](const auto& x, auto& y) {
+          resnorm::gelu_derivative_into<float>(x, gelu_approximation::erf, y);
+        },
+        ref_erf_slope);
+    CAPTURE(e, at);
+    CHECK(e <= stated_error);
+  }
+  SECTION("tanh derivative") {
+    const auto [e, at] = worst_error(
+        [](const auto& x, auto& y) {
+          resnorm::gelu_derivative_into<float>(x, gelu_approximation::tanh, y);
+        },
+        ref_tanh_slope);
+    CAPTURE(e, at);
+    CHECK(e <= stated_error);
+  }
+}
+
+TEMPLATE_TEST_CASE("gelu kernel vjp: dx = dy ⊙ GELU'(x), edge shapes", "[gelu][kernel][vjp]", float,
+                   double) {
+  using S = TestType;
+  for (Eigen::Index rows : {0, 1, 3}) {
+    for (Eigen::Index dim : {1, 2, 1000}) {
+      for (const gelu_approximation form : {gelu_approximation::erf, gelu_approximation::tanh}) {
+        CAPTURE(rows, dim, form == gelu_approximation::erf ? "erf" : "tanh");
+        const matrix<S> x = random_matrix<S>(rows, dim, 31 + dim, 3.0);
+        const matrix<S> dy = random_matrix<S>(rows, dim, 32 + dim);
+        matrix<S> slope(rows, dim), dx(rows, dim);
+        resnorm::gelu_derivative_into<S>(x, form, slope);
+        resnorm::gelu_vjp_into<S>(x, dy, form, dx);
+        // The product is formed in S after rounding the slope: exactly dy ⊙ slope.
+        CHECK(dx == dy.cwiseProduct(slope));
+      }
+    }
+  }
+}
+
+TEST_CASE("gelu kernel: arguments are checked", "[gelu][kernel][errors]") {
+  const matrix<float> x = matrix<float>::Zero(2, 3);
+  matrix<float> y(3, 2);
+  REQUIRE_THROWS_MATCHES(
+      resnorm::gelu_forward_into<float>(x, gelu_approximation::erf, y), std::invalid_argument,
+      resnorm_test::message_contains("gelu_forward_into: output is 3x2, x is 2x3"));
+  matrix<float> dy(2, 2), dx(2, 3);
+  REQUIRE_THROWS_MATCHES(resnorm::gelu_vjp_into<float>(x, dy, gelu_approximation::erf, dx),
+                         std::invalid_argument,
+                         resnorm_test::message_contains("gelu_vjp_into: dy is 2x2, x is 2x3"));
+}
