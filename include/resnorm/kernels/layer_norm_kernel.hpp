@@ -99,11 +99,12 @@ row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
 // One row of the backward. With a = mean(g), b = mean(g ⊙ xhat):
 //   dx_j = rstd · (g_j − a − xhat_j · b)
 //   dγ_j += dy_j · xhat_j,  dβ_j += dy_j          (accumulated in the compute type)
-template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, class T>
+//   (+ ds_j, the gradient arriving from another use of x, when AddDs: fused add + norm)
+template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs = false, class T>
 void layer_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy, index d,
                         const param_t<T>* RESNORM_RESTRICT gamma, row_stats s,
                         T* RESNORM_RESTRICT dx, C* RESNORM_RESTRICT dgamma,
-                        C* RESNORM_RESTRICT dbeta) {
+                        C* RESNORM_RESTRICT dbeta, const T* RESNORM_RESTRICT ds = nullptr) {
   const split_mean<C> m(s.mean);
   const C r = static_cast<C>(s.rstd);
   constexpr int lanes = lane_count<C>;
@@ -134,7 +135,9 @@ void layer_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT d
     const C dyj = load_as<C>(dy[j]);
     C g = dyj;
     if constexpr (HasGamma) g *= static_cast<C>(gamma[j]);
-    dx[j] = store<T>(r * (g - a - xhat * b));
+    C v = r * (g - a - xhat * b);
+    if constexpr (AddDs) v += load_as<C>(ds[j]);
+    dx[j] = store<T>(v);
     if constexpr (WantDGamma) dgamma[j] += dyj * xhat;
     if constexpr (WantDBeta) dbeta[j] += dyj;
   }

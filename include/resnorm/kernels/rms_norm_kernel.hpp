@@ -64,10 +64,11 @@ double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma, double
 
 // One row of the backward, b = mean(g ⊙ xhat):
 //   dx_j = rstd · (g_j − xhat_j · b),   dγ_j += dy_j · xhat_j
-template <class C, bool HasGamma, bool WantDGamma, class T>
+//   (+ ds_j when AddDs: fused add + norm)
+template <class C, bool HasGamma, bool WantDGamma, bool AddDs = false, class T>
 void rms_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy, index d,
                       const param_t<T>* RESNORM_RESTRICT gamma, double rstd, T* RESNORM_RESTRICT dx,
-                      C* RESNORM_RESTRICT dgamma) {
+                      C* RESNORM_RESTRICT dgamma, const T* RESNORM_RESTRICT ds = nullptr) {
   const C r = static_cast<C>(rstd);
   constexpr int lanes = lane_count<C>;
   C acc[lanes] = {};
@@ -91,7 +92,9 @@ void rms_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy,
     const C dyj = load_as<C>(dy[j]);
     C g = dyj;
     if constexpr (HasGamma) g *= static_cast<C>(gamma[j]);
-    dx[j] = store<T>(r * (g - xhat * b));
+    C v = r * (g - xhat * b);
+    if constexpr (AddDs) v += load_as<C>(ds[j]);
+    dx[j] = store<T>(v);
     if constexpr (WantDGamma) dgamma[j] += dyj * xhat;
   }
 }
