@@ -1,0 +1,127 @@
+// Tests of bf16 storage: the conversions, and every kernel with bf16 in and out against the float
+// kernel on the same (widened) inputs, within bf16's precision.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "resnorm/add_norm.hpp"
+#include "resnorm/kernels/gelu_kernel.hpp"
+#include "resnorm/kernels/layer_norm_kernel.hpp"
+#include "resnorm/kernels/rms_norm_kernel.hpp"
+#include "support/catch.hpp"
+#include "support/test_util.hpp"
+
+namespace {
+
+using bf16 = resnorm::kernels::bf16;
+using resnorm::matrix;
+using resnorm::vector;
+using resnorm_test::random_matrix;
+using resnorm_test::random_vector;
+
+// bf16 keeps 8 significant bits: rounding to nearest errs by at most 2^-9 relative. The float
+// result it is compared with is itself a few float ulps from exact; 2^-8 covers both with room.
+constexpr double bf16_relative = 0x1p-8;
+// Absolute floor for outputs near 0, where a difference of inputs cancels.
+constexpr double bf16_absolute = 1e-6;
+
+matrix<bf16> to_bf16(const matrix<float>& m) { return m.cast<bf16>(); }
+matrix<float> to_float(const matrix<bf16>& m) { return m.cast<float>(); }
+
+// Every entry of a within bf16's rounding of b.
+void check_close(const matrix<bf16>& a, const matrix<float>& b) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  double worst = 0;
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    for (Eigen::Index j = 0; j < a.cols(); ++j) {
+      const double ref = static_cast<double>(b(i, j));
+      const double e = std::abs(static_cast<double>(static_cast<float>(a(i, j))) - ref) /
+                       (bf16_relative * std::abs(ref) + bf16_absolute);
+      worst = std::max(worst, e);
+    }
+  }
+  CHECK(worst <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("bf16: rounding matches Eigen's conversion, NaN stays NaN", "[bf16]") {
+  resnorm::normal_generator rng(9);
+  for (int k = 0; k < 200000; ++k) {
+    // Random bit patterns: every exponent, ties included (low 16 bits 0x8000 happen).
+    const auto bits = static_cast<std::uint32_t>(rng.engine()());
+    const float v = std::bit_cast<float>(bits);
+    const bf16 ours = resnorm::kernels::store<bf16>(v);
+    const bf16 eigen(v);
+    if (std::isnan(v)) {
+      CHECK(std::isnan(static_cast<float>(ours)));
+    } else {
+      CAPTURE(bits);
+      CHECK(ours.value == eigen.value);
+    }
+    // Widening is exact.
+    CHECK(std::bit_cast<std::uint32_t>(resnorm::kernels::load(ours)) ==
+          static_cast<std::uint32_t>(ours.value) << 16);
+  }
+  // Ties go to even: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7.
+  CHECK(resnorm::kernels::store<bf16>(1.0f + 0x1p-8f).value == bf16(1.0f).value);
+}
+
+TEST_CASE("bf16: every kernel matches float within bf16 precision", "[bf16]") {
+  for (Eigen::Index rows : {0, 1, 3}) {
+    for (Eigen::Index dim : {1, 2, 500}) {
+      CAPTURE(rows, dim);
+      // Inputs exactly representable in bf16, so both paths see the same numbers.
+      const matrix<bf16> xb = to_bf16(random_matrix<float>(rows, dim, 1 + dim, 1.5, 0.5));
+      const matrix<bf16> fb = to_bf16(random_matrix<float>(rows, dim, 2 + dim));
+      const matrix<bf16> dyb = to_bf16(random_matrix<float>(rows, dim, 3 + dim));
+      const matrix<float> x = to_float(xb), f = to_float(fb), dy = to_float(dyb);
+      const vector<float> gamma = random_vector<float>(dim, 4, 0.3, 1.0);
+      const vector<float> beta = random_vector<float>(dim, 5);
+      resnorm::kernels::kernel_workspace ws;
+      vector<double> mean(rows), rstd(rows), mean_b(rows), rstd_b(rows);
+      matrix<float> y(rows, dim), dx(rows, dim), s(rows, dim);
+      matrix<bf16> yb(rows, dim), dxb(rows, dim), sb(rows, dim);
+      vector<float> dg(dim), db(dim), dgb(dim), dbb(dim);
+
+      resnorm::layer_norm_forward_into<float>(x, gamma, beta, 1e-5, y, mean, rstd);
+      resnorm::layer_norm_forward_into<bf16>(xb, gamma, beta, 1e-5, yb, mean_b, rstd_b);
+      check_close(yb, y);
+      CHECK(mean_b == mean);
+      CHECK(rstd_b == rstd);
+      resnorm::layer_norm_vjp_into<float>(x, dy, gamma, mean, rstd, dx, dg, db, ws);
+      resnorm::layer_norm_vjp_into<bf16>(xb, dyb, gamma, mean, rstd, dxb, dgb, dbb, ws);
+      check_close(dxb, dx);
+      // dγ, dβ are summed in float from the same float values: the same bits.
+      CHECK(dgb == dg);
+      CHECK(dbb == db);
+
+      resnorm::rms_norm_forward_into<float>(x, gamma, 1e-6, y, rstd);
+      resnorm::rms_norm_forward_into<bf16>(xb, gamma, 1e-6, yb, rstd_b);
+      check_close(yb, y);
+      resnorm::rms_norm_vjp_into<float>(x, dy, gamma, rstd, dx, dg, ws);
+      resnorm::rms_norm_vjp_into<bf16>(xb, dyb, gamma, rstd, dxb, dgb, ws);
+      check_close(dxb, dx);
+      CHECK(dgb == dg);
+
+      for (const auto form :
+           {resnorm::gelu_approximation::erf, resnorm::gelu_approximation::tanh}) {
+        resnorm::gelu_forward_into<float>(x, form, y);
+        resnorm::gelu_forward_into<bf16>(xb, form, yb);
+        check_close(yb, y);
+        resnorm::gelu_vjp_into<float>(x, dy, form, dx);
+        resnorm::gelu_vjp_into<bf16>(xb, dyb, form, dxb);
+        check_close(dxb, dx);
+      }
+
+      // add + norm: s rounds to bf16, then y = LN(s) of that s.
+      resnorm::add_norm_forward_into<bf16>(resnorm::add_norm_kind::layer_norm, xb, fb, gamma, beta,
+                                           1e-5, sb, yb, mean_b, rstd_b);
+      check_close(sb, matrix<float>(x + f));
+      resnorm::layer_norm_forward_into<float>(to_float(sb), gamma, beta, 1e-5, y, mean, rstd);
+      check_close(yb, y);
+    }
+  }
+}
