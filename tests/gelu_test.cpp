@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 #include "reference/gelu_reference.hpp"
@@ -121,7 +122,7 @@ TEMPLATE_TEST_CASE("gelu derivative: matches the long double reference on [-10, 
           8 * eps_of<S>() * (1 + xd * xd) * erf_scale);
     // tanh: 1 + tanh u and 1 − tanh² u carry absolute errors ~eps, the latter multiplied by
     // |x| · √(2/π)(1 + 3·0.044715 x²).
-    const double du = std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * xd * xd);
+    const double du = std::sqrt(2 / std::numbers::pi) * (1 + 3 * 0.044715 * xd * xd);
     CHECK(std::abs(static_cast<double>(d_tanh(0, k)) -
                    static_cast<double>(resnorm_reference::gelu_tanh_derivative(xl))) <=
           8 * eps_of<S>() * (1 + std::abs(xd) * du));
