@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "resnorm/gelu.hpp"
@@ -27,6 +28,7 @@
 #include "resnorm/random.hpp"
 #include "resnorm/residual.hpp"
 #include "resnorm/sequential.hpp"
+#include "resnorm/transformer_stack.hpp"
 
 namespace depth_study {
 
@@ -464,6 +466,100 @@ inline ln_path_result ln_gradient_path(std::uint64_t seed, int d = 32, int layer
     r.post_second_smallest.push_back(sq(d - 2));
   }
   return r;
+}
+
+// ================================================================================================
+// 8. Xiong et al. 2020 at initialisation: per-layer gradient norms of real transformer stacks.
+// ================================================================================================
+//
+// Theorem 1 (Xiong et al. 2020), at initialisation: the gradient of the last layer's FFN output
+// weight W2 is bounded by O(d sqrt(ln d)) for Post-LN, independently of N, and by
+// O(d sqrt(ln d / N)) for Pre-LN (whose final LN divides by a stream that grows as sqrt(N)).
+// Loss: L = <G, out> with G ~ N(0, 1), T x d, so dL/d out = G at every depth.
+
+enum class stack_init { xavier, own };  // the paper's Xavier (no 1/sqrt(2N)), or the stack's
+
+inline const char* to_string(stack_init i) { return i == stack_init::xavier ? "Xavier" : "own"; }
+
+struct xiong_config {
+  int d = 64, heads = 4, tokens = 16;
+  std::vector<int> depths{6, 12, 24};
+  int first_seed = 1, seeds = 8;  // gradient norms averaged over seeds first_seed, ... + seeds − 1
+};
+
+struct xiong_profile {
+  int layers = 0;
+  series w2;     // mean over seeds of |dL/dW2| of layer l = 1..N
+  series input;  // mean over seeds of |dL/dx_l|, the gradient reaching layer l's input
+};
+
+struct xiong_placement {
+  resnorm::norm_placement placement = resnorm::norm_placement::pre_ln;
+  std::vector<xiong_profile> profiles;  // one per depth
+  series last_w2;                       // mean |dL/dW2| of the last layer, per depth
+  double slope = 0;                     // fitted d log(last_w2) / d log N
+};
+
+struct xiong_result {
+  xiong_config config;
+  stack_init init = stack_init::xavier;
+  xiong_placement pre, post;
+};
+
+inline resnorm::transformer_init make_init(stack_init i) {
+  return i == stack_init::xavier ? resnorm::transformer_init::xavier()
+                                 : resnorm::transformer_init{};
+}
+
+// One stack of N layers at one seed: |dW2| and |dx_l| per layer.
+inline std::vector<resnorm::layer_gradient_norms> stack_gradient_norms(
+    resnorm::norm_placement where, stack_init init, const xiong_config& c, int layers,
+    std::uint64_t seed) {
+  resnorm::transformer_config config;
+  config.dim = c.d;
+  config.heads = c.heads;
+  config.layers = layers;
+  const resnorm::transformer_stack<double> stack(config, resnorm::uniform_placements(layers, where),
+                                                 seed, make_init(init));
+  // Input and loss direction from a generator of their own, so that they do not depend on N.
+  resnorm::normal_generator rng(seed + 0x9e3779b97f4a7c15ULL);
+  const mat x = resnorm::random_normal<double>(c.tokens, c.d, rng);
+  const mat g = resnorm::random_normal<double>(c.tokens, c.d, rng);
+  return resnorm::gradient_norms(stack.vjp(x, g));
+}
+
+inline xiong_placement xiong_profiles(resnorm::norm_placement where, stack_init init,
+                                      const xiong_config& c) {
+  xiong_placement r;
+  r.placement = where;
+  series log_n, log_w2;
+  for (const int n : c.depths) {
+    xiong_profile p{n, series(n, 0.0), series(n, 0.0)};
+    for (int seed = c.first_seed; seed < c.first_seed + c.seeds; ++seed) {
+      const auto norms = stack_gradient_norms(where, init, c, n, std::uint64_t(seed));
+      for (int l = 0; l < n; ++l) {
+        p.w2[l] += norms[l].ffn_dw2 / c.seeds;
+        p.input[l] += norms[l].dx / c.seeds;
+      }
+    }
+    r.last_w2.push_back(p.w2.back());
+    log_n.push_back(std::log(double(n)));
+    log_w2.push_back(std::log(p.w2.back()));
+    r.profiles.push_back(std::move(p));
+  }
+  r.slope = fitted_slope(log_n, log_w2);
+  return r;
+}
+
+inline xiong_result xiong_gradients(stack_init init, const xiong_config& c = {}) {
+  return {c, init, xiong_profiles(resnorm::norm_placement::pre_ln, init, c),
+          xiong_profiles(resnorm::norm_placement::post_ln, init, c)};
+}
+
+// Last layer's |dW2| over the first layer's, for the deepest stack: > 1 grows toward the output.
+inline double output_to_input_ratio(const xiong_placement& p) {
+  const series& w2 = p.profiles.back().w2;
+  return w2.back() / w2.front();
 }
 
 }  // namespace depth_study

@@ -171,4 +171,51 @@ inline svg_plot plot_ln_gradient_path(const ln_path_result& r) {
   return p;
 }
 
+// Last layer's |dL/dW2| against N on log-log axes, with N^(-1/2) and N^0 through the first point.
+inline svg_plot plot_xiong_last_layer(const xiong_result& xavier, const xiong_result& own) {
+  svg_plot p(
+      "Xiong et al.: last layer's |dL/dW2| vs depth N (d = " + std::to_string(xavier.config.d) +
+          ", mean of " + std::to_string(xavier.config.seeds) + " seeds)",
+      "layers N", "|dL/dW2| of the last layer");
+  p.log_x = true;
+  p.log_y = true;
+  series n;
+  for (const int v : xavier.config.depths) n.push_back(v);
+  auto label = [](const char* what, const xiong_placement& r) {
+    return std::string(what) + ", slope " + fixed(r.slope, 2);
+  };
+  p.add({label("Pre-LN, Xavier", xavier.pre), n, xavier.pre.last_w2, "#1f77b4", "", true});
+  p.add({label("Post-LN, Xavier", xavier.post), n, xavier.post.last_w2, "#d62728", "", true});
+  p.add({label("Pre-LN, own init", own.pre), n, own.pre.last_w2, "#1f77b4", "2 2", true});
+  p.add({label("Post-LN, own init", own.post), n, own.post.last_w2, "#d62728", "2 2", true});
+  series half(n.size()), flat(n.size());
+  for (std::size_t k = 0; k < n.size(); ++k) {
+    half[k] = xavier.pre.last_w2.front() * std::pow(n[k] / n.front(), -0.5);
+    flat[k] = xavier.post.last_w2.front();
+  }
+  p.add({"Theorem 1, Pre-LN: N^(-1/2)", n, half, "#7f7f7f", "6 4", false});
+  p.add({"Theorem 1, Post-LN: N^0", n, flat, "#7f7f7f", "2 4", false});
+  return p;
+}
+
+// Per-layer |dL/dW2| (or |dL/dx_l|) of the deepest stacks.
+inline svg_plot plot_xiong_profiles(const xiong_result& xavier, const xiong_result& own,
+                                    bool input_gradient) {
+  const int n = xavier.pre.profiles.back().layers;
+  svg_plot p(std::string("Xiong et al.: ") +
+                 (input_gradient ? "gradient reaching each layer's input" : "per-layer |dL/dW2|") +
+                 ", N = " + std::to_string(n),
+             "layer index l", input_gradient ? "|dL/dx_l| (log scale)" : "|dL/dW2| (log scale)");
+  p.log_y = true;
+  auto pick = [&](const xiong_placement& r) {
+    return input_gradient ? r.profiles.back().input : r.profiles.back().w2;
+  };
+  const series l = range_series(std::size_t(n), 1);
+  p.add({"Pre-LN, Xavier", l, pick(xavier.pre), "#1f77b4", "", true});
+  p.add({"Post-LN, Xavier", l, pick(xavier.post), "#d62728", "", true});
+  p.add({"Pre-LN, own init", l, pick(own.pre), "#1f77b4", "2 2", false});
+  p.add({"Post-LN, own init", l, pick(own.post), "#d62728", "2 2", false});
+  return p;
+}
+
 }  // namespace depth_study

@@ -124,6 +124,10 @@ inline axis make_axis(bool log, double min_value, double max_value) {
     const int every = std::max(1, (decades + 7) / 8);  // at most ~8 labelled decades
     for (int k = static_cast<int>(lo); k <= static_cast<int>(hi); k += every) {
       a.ticks.emplace_back(k, decade_label(k));
+      // Over at most two decades, 2 and 5 within each decade as well.
+      if (decades > 2 || k == static_cast<int>(hi)) continue;
+      for (const double m : {2.0, 5.0})
+        a.ticks.emplace_back(k + std::log10(m), number(m * std::pow(10.0, k)));
     }
     return a;
   }
