@@ -134,58 +134,59 @@ inline void register_memcpy() { register_cases("memcpy", "memcpy", memcpy_case);
 // ---- oneDNN ----------------------------------------------------------------------------------
 
 #if RESNORM_BENCH_HAVE_DNNL
-struct dnnl_env {
+struct onednn_env {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  static dnnl_env& get() {
-    static dnnl_env env;
+  static onednn_env& get() {
+    static onednn_env env;
     return env;
   }
 };
 
-inline dnnl::memory::desc dnnl_matrix_desc(shape s) {
+inline dnnl::memory::desc onednn_matrix_desc(shape s) {
   return dnnl::memory::desc({s.rows, s.dim}, dnnl::memory::data_type::f32,
                             dnnl::memory::format_tag::ab);
 }
 
-inline dnnl::memory::desc dnnl_vector_desc(index n) {
+inline dnnl::memory::desc onednn_vector_desc(index n) {
   return dnnl::memory::desc({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
 }
 
 // LayerNorm with scale and shift (forward_training: writes mean and variance, as resnorm's
 // forward writes mean and rstd).
-struct dnnl_layer_norm {
+struct onednn_layer_norm {
   shape s;
   float eps;
-  dnnl::memory::desc md = dnnl_matrix_desc(s);
+  dnnl::memory::desc md = onednn_matrix_desc(s);
   dnnl::layer_normalization_forward::primitive_desc fwd_pd{
       dnnl::layer_normalization_forward::desc(
           dnnl::prop_kind::forward_training, md, eps,
           dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift),
-      dnnl_env::get().engine};
+      onednn_env::get().engine};
   dnnl::layer_normalization_forward fwd{fwd_pd};
 
   dnnl::layer_normalization_backward::primitive_desc bwd_pd() const {
     return {dnnl::layer_normalization_backward::desc(
                 dnnl::prop_kind::backward, md, md, eps,
                 dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift),
-            dnnl_env::get().engine, fwd_pd};
+            onednn_env::get().engine, fwd_pd};
   }
 };
 
-struct dnnl_eltwise {
+struct onednn_eltwise {
   dnnl::memory::desc md;
   dnnl::eltwise_forward::primitive_desc fwd_pd;
   dnnl::eltwise_forward fwd;
   dnnl::eltwise_backward::primitive_desc bwd_pd;
   dnnl::eltwise_backward bwd;
 
-  dnnl_eltwise(shape s, dnnl::algorithm alg)
-      : md(dnnl_matrix_desc(s)),
+  onednn_eltwise(shape s, dnnl::algorithm alg)
+      : md(onednn_matrix_desc(s)),
         fwd_pd(dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, 0.f, 0.f),
-               dnnl_env::get().engine),
+               onednn_env::get().engine),
         fwd(fwd_pd),
-        bwd_pd(dnnl::eltwise_backward::desc(alg, md, md, 0.f, 0.f), dnnl_env::get().engine, fwd_pd),
+        bwd_pd(dnnl::eltwise_backward::desc(alg, md, md, 0.f, 0.f), onednn_env::get().engine,
+               fwd_pd),
         bwd(bwd_pd) {}
 };
 #endif

@@ -106,12 +106,12 @@ void backward_naive(benchmark::State& state, shape s) {
 #if RESNORM_BENCH_HAVE_DNNL
 void forward_onednn(benchmark::State& state, shape s) {
   ln_data<float> d(s);
-  auto& env = dnnl_env::get();
-  dnnl_layer_norm ln{s, float(eps)};
+  auto& env = onednn_env::get();
+  onednn_layer_norm ln{s, float(eps)};
   dnnl::memory src(ln.md, env.engine, d.x.data()), dst(ln.md, env.engine, d.y.data());
   dnnl::memory mean(ln.fwd_pd.mean_desc(), env.engine), var(ln.fwd_pd.variance_desc(), env.engine);
-  dnnl::memory scale(dnnl_vector_desc(s.dim), env.engine, d.gamma.data());
-  dnnl::memory shift(dnnl_vector_desc(s.dim), env.engine, d.beta.data());
+  dnnl::memory scale(onednn_vector_desc(s.dim), env.engine, d.gamma.data());
+  dnnl::memory shift(onednn_vector_desc(s.dim), env.engine, d.beta.data());
   const std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, src},      {DNNL_ARG_DST, dst},     {DNNL_ARG_MEAN, mean},
       {DNNL_ARG_VARIANCE, var}, {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift}};
@@ -125,17 +125,17 @@ void forward_onednn(benchmark::State& state, shape s) {
 
 void backward_onednn(benchmark::State& state, shape s) {
   ln_data<float> d(s);
-  auto& env = dnnl_env::get();
-  dnnl_layer_norm ln{s, float(eps)};
+  auto& env = onednn_env::get();
+  onednn_layer_norm ln{s, float(eps)};
   const auto bwd_pd = ln.bwd_pd();
   dnnl::layer_normalization_backward bwd(bwd_pd);
   dnnl::memory src(ln.md, env.engine, d.x.data()), dst(ln.md, env.engine, d.y.data());
   dnnl::memory diff_dst(ln.md, env.engine, d.dy.data()), diff_src(ln.md, env.engine, d.dx.data());
   dnnl::memory mean(ln.fwd_pd.mean_desc(), env.engine), var(ln.fwd_pd.variance_desc(), env.engine);
-  dnnl::memory scale(dnnl_vector_desc(s.dim), env.engine, d.gamma.data());
-  dnnl::memory shift(dnnl_vector_desc(s.dim), env.engine, d.beta.data());
-  dnnl::memory diff_scale(dnnl_vector_desc(s.dim), env.engine, d.dgamma.data());
-  dnnl::memory diff_shift(dnnl_vector_desc(s.dim), env.engine, d.dbeta.data());
+  dnnl::memory scale(onednn_vector_desc(s.dim), env.engine, d.gamma.data());
+  dnnl::memory shift(onednn_vector_desc(s.dim), env.engine, d.beta.data());
+  dnnl::memory diff_scale(onednn_vector_desc(s.dim), env.engine, d.dgamma.data());
+  dnnl::memory diff_shift(onednn_vector_desc(s.dim), env.engine, d.dbeta.data());
   ln.fwd.execute(env.stream, {{DNNL_ARG_SRC, src},
                               {DNNL_ARG_DST, dst},
                               {DNNL_ARG_MEAN, mean},

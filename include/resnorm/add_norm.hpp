@@ -36,8 +36,8 @@ namespace kernels {
 inline constexpr index add_norm_row_buffer = 8192;
 
 template <class C, class T>
-void add_row(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f, index n,
-             T* RESNORM_RESTRICT s) {
+RESNORM_WIDE_VECTORS void add_row(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f, index n,
+                                  T* RESNORM_RESTRICT s) {
   for (index j = 0; j < n; ++j) s[j] = store<T>(load_as<C>(x[j]) + load_as<C>(f[j]));
 }
 

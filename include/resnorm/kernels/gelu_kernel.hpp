@@ -126,8 +126,8 @@ C gelu_tanh_slope(C x) {
 // param_t<T> (float for float and bf16) after rounding f to it, so with C = double the vjp is
 // exactly dy ⊙ (the rounded derivative), as the gelu class promises.
 template <class C, class T, class F>
-void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy, index n, F f,
-              T* RESNORM_RESTRICT out) {
+RESNORM_WIDE_VECTORS void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy,
+                                   index n, F f, T* RESNORM_RESTRICT out) {
   using P = param_t<T>;
   if (dy) {
     for (index j = 0; j < n; ++j) {

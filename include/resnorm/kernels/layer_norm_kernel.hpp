@@ -40,7 +40,7 @@ struct row_stats {
 // Two passes over the row (the second from L1): mean = Σx/d in double, then
 // var = Σ((x − hi) − lo)²/d on the centred values.
 template <class C, class T>
-row_stats layer_norm_row_stats(const T* x, index d, double eps) {
+RESNORM_WIDE_VECTORS row_stats layer_norm_row_stats(const T* x, index d, double eps) {
   const double mean = sum_in_double(x, d) / static_cast<double>(d);
   const split_mean<C> m(mean);
   constexpr int lanes = lane_count<C>;
@@ -64,9 +64,11 @@ row_stats layer_norm_row_stats(const T* x, index d, double eps) {
 
 // y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j over n elements.
 template <bool HasGamma, bool HasBeta, class C, class T>
-void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n, const split_mean<C>& m, C rstd,
-                          const param_t<T>* RESNORM_RESTRICT gamma,
-                          const param_t<T>* RESNORM_RESTRICT beta, T* RESNORM_RESTRICT y) {
+RESNORM_WIDE_VECTORS void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n,
+                                               const split_mean<C>& m, C rstd,
+                                               const param_t<T>* RESNORM_RESTRICT gamma,
+                                               const param_t<T>* RESNORM_RESTRICT beta,
+                                               T* RESNORM_RESTRICT y) {
   for (index j = 0; j < n; ++j) {
     C v = m.centre(load_as<C>(x[j])) * rstd;
     if constexpr (HasGamma) v *= static_cast<C>(gamma[j]);
@@ -101,10 +103,12 @@ row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
 //   dγ_j += dy_j · xhat_j,  dβ_j += dy_j          (accumulated in the compute type)
 //   (+ ds_j, the gradient arriving from another use of x, when AddDs: fused add + norm)
 template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs = false, class T>
-void layer_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy, index d,
-                        const param_t<T>* RESNORM_RESTRICT gamma, row_stats s,
-                        T* RESNORM_RESTRICT dx, C* RESNORM_RESTRICT dgamma,
-                        C* RESNORM_RESTRICT dbeta, const T* RESNORM_RESTRICT ds = nullptr) {
+RESNORM_WIDE_VECTORS void layer_norm_row_vjp(const T* RESNORM_RESTRICT x,
+                                             const T* RESNORM_RESTRICT dy, index d,
+                                             const param_t<T>* RESNORM_RESTRICT gamma, row_stats s,
+                                             T* RESNORM_RESTRICT dx, C* RESNORM_RESTRICT dgamma,
+                                             C* RESNORM_RESTRICT dbeta,
+                                             const T* RESNORM_RESTRICT ds = nullptr) {
   const split_mean<C> m(s.mean);
   const C r = static_cast<C>(s.rstd);
   constexpr int lanes = lane_count<C>;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -140,24 +141,24 @@ void blocked_vjp(index rows, index d, P* dgamma, P* dbeta, kernel_workspace& ws,
     C* slot = want ? ws.slot<C>(b, d) : nullptr;
     C* dg = dgamma ? slot : nullptr;
     C* db = dbeta ? slot + stride : nullptr;
-    for (index j = 0; j < d; ++j) {
-      if (dg) dg[j] = C(0);
-      if (db) db[j] = C(0);
-    }
+    if (dg) std::fill(dg, dg + d, C(0));
+    if (db) std::fill(db, db + d, C(0));
     const index begin = rows * b / blocks, end = rows * (b + 1) / blocks;
     for (index t = begin; t < end; ++t) row_vjp(t, dg, db);
   });
   if (!want) return;
-  for (index j = 0; j < d; ++j) {
-    C sum_g = 0, sum_b = 0;
-    for (index b = 0; b < blocks; ++b) {
-      const C* slot = ws.slot<C>(b, d);
-      sum_g += slot[j];
-      sum_b += slot[stride + j];
+  // Slot sums in block order, for dγ (offset 0) and dβ (offset stride).
+  auto reduce = [&](std::size_t offset, P* out) {
+    if (!out) return;
+    C* sum = ws.slot<C>(0, d) + offset;  // slot 0 becomes ((s0 + s1) + s2) + ...
+    for (index b = 1; b < blocks; ++b) {
+      const C* slot = ws.slot<C>(b, d) + offset;
+      for (index j = 0; j < d; ++j) sum[j] += slot[j];
     }
-    if (dgamma) dgamma[j] = static_cast<P>(sum_g);
-    if (dbeta) dbeta[j] = static_cast<P>(sum_b);
-  }
+    for (index j = 0; j < d; ++j) out[j] = static_cast<P>(sum[j]);
+  };
+  reduce(0, dgamma);
+  reduce(stride, dbeta);
 }
 
 }  // namespace resnorm::kernels

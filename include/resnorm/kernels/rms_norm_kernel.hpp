@@ -35,8 +35,9 @@ double rms_norm_row_rstd(const T* x, index d, double eps) {
 
 // y_j = x_j · rstd · γ_j over n elements.
 template <bool HasGamma, class C, class T>
-void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
-                        const param_t<T>* RESNORM_RESTRICT gamma, T* RESNORM_RESTRICT y) {
+RESNORM_WIDE_VECTORS void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
+                                             const param_t<T>* RESNORM_RESTRICT gamma,
+                                             T* RESNORM_RESTRICT y) {
   for (index j = 0; j < n; ++j) {
     C v = load_as<C>(x[j]) * rstd;
     if constexpr (HasGamma) v *= static_cast<C>(gamma[j]);
@@ -66,9 +67,11 @@ double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma, double
 //   dx_j = rstd · (g_j − xhat_j · b),   dγ_j += dy_j · xhat_j
 //   (+ ds_j when AddDs: fused add + norm)
 template <class C, bool HasGamma, bool WantDGamma, bool AddDs = false, class T>
-void rms_norm_row_vjp(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy, index d,
-                      const param_t<T>* RESNORM_RESTRICT gamma, double rstd, T* RESNORM_RESTRICT dx,
-                      C* RESNORM_RESTRICT dgamma, const T* RESNORM_RESTRICT ds = nullptr) {
+RESNORM_WIDE_VECTORS void rms_norm_row_vjp(const T* RESNORM_RESTRICT x,
+                                           const T* RESNORM_RESTRICT dy, index d,
+                                           const param_t<T>* RESNORM_RESTRICT gamma, double rstd,
+                                           T* RESNORM_RESTRICT dx, C* RESNORM_RESTRICT dgamma,
+                                           const T* RESNORM_RESTRICT ds = nullptr) {
   const C r = static_cast<C>(rstd);
   constexpr int lanes = lane_count<C>;
   C acc[lanes] = {};
