@@ -146,7 +146,10 @@ TEST_CASE("norm_block vjp and jvp: agree with the explicit Jacobian for every pl
 TEST_CASE("norm_block vjp: parameter gradients match finite differences",
           "[norm_block][vjp][parameters]") {
   resnorm::normal_generator rng(64);
-  for (const auto& [name, b] : variants(4, rng)) {
+  for (const auto& variant : variants(4, rng)) {
+    // Named references, not structured bindings: clang 14 cannot capture those in a lambda.
+    const std::string& name = variant.first;
+    const block& b = variant.second;
     CAPTURE(name);
     const matrix<double> x = resnorm::random_normal<double>(3, 4, rng);
     const matrix<double> u = resnorm::random_normal<double>(3, 4, rng);
