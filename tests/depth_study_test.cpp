@@ -141,8 +141,9 @@ std::string read_text(const std::filesystem::path& path) {
 
 // Writes the plot, reads it back and checks it holds every series and legend label.
 void check_written_plot(const svg_plot& plot, const std::string& name) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / "resnorm_depth_study_test";
+  // In the working directory (the build tree under CTest), so that two build trees never write
+  // the same file.
+  const std::filesystem::path dir = std::filesystem::current_path() / "depth_study_test_plots";
   std::filesystem::create_directories(dir);
   const std::filesystem::path path = dir / (name + ".svg");
   plot.write(path);

@@ -1,5 +1,6 @@
 // experiments.hpp — the depth study: the lesson's experiments on residual stacks, LayerNorm
-// placement and attention conditioning, each one a function of a seed returning a plain struct.
+// placement and attention conditioning (1–7), and Xiong et al. 2020's gradient norms on real
+// transformer stacks (8), each one a function of its seeds returning a plain struct.
 //
 // Shared by the depth_study program (which prints and plots the results) and by
 // tests/depth_study_test.cpp (which checks each claim over several seeds). Everything is double,
