@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Build resnorm's benchmarks in Release (-O3 -march=native, OpenMP on), run them interleaved with
+repetitions, and print the ratio table (medians) per shape.
+
+    python3 bench/run_benchmarks.py                  # default shapes
+    RESNORM_BENCH_LARGE=1 python3 bench/run_benchmarks.py   # adds 32768 x 4096 (needs ~4 GiB)
+    python3 bench/run_benchmarks.py --build-dir /tmp/rb --repetitions 9 --min-time 0.2
+
+Every ratio compares medians from one interleaved run of one binary
+(--benchmark_enable_random_interleaving=true): on a shared machine, back-to-back repetitions of
+one case drift by up to 2x, interleaved medians agree within a few percent. Single-thread runs set
+OMP_NUM_THREADS=1 (resnorm and oneDNN alike); the "2 threads / 1 thread" rows rerun resnorm's
+float kernels with OMP_NUM_THREADS=2.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BINARIES = ["layer_norm", "rms_norm", "gelu", "add_norm"]
+
+# (label, numerator (op, impl), denominator (op, impl), counter)
+RATIOS = [
+    ("LN fwd resnorm / oneDNN", ("layer_norm_forward", "resnorm"), ("layer_norm_forward", "onednn"), "bytes_per_second"),
+    ("LN fwd resnorm / memcpy", ("layer_norm_forward", "resnorm"), ("memcpy", "memcpy"), "bytes_per_second"),
+    ("LN fwd naive / memcpy", ("layer_norm_forward", "naive"), ("memcpy", "memcpy"), "bytes_per_second"),
+    ("LN bwd resnorm / oneDNN", ("layer_norm_backward", "resnorm"), ("layer_norm_backward", "onednn"), "bytes_per_second"),
+    ("LN bwd resnorm / memcpy", ("layer_norm_backward", "resnorm"), ("memcpy", "memcpy"), "bytes_per_second"),
+    ("RMS fwd resnorm / memcpy", ("rms_norm_forward", "resnorm"), ("memcpy", "memcpy"), "bytes_per_second"),
+    ("RMS fwd resnorm / LN fwd oneDNN", ("rms_norm_forward", "resnorm"), ("layer_norm_forward", "onednn"), "bytes_per_second"),
+    ("RMS bwd resnorm / memcpy", ("rms_norm_backward", "resnorm"), ("memcpy", "memcpy"), "bytes_per_second"),
+    ("GELU erf fwd resnorm / oneDNN", ("gelu_erf_forward", "resnorm"), ("gelu_erf_forward", "onednn"), "bytes_per_second"),
+    ("GELU tanh fwd resnorm / oneDNN", ("gelu_tanh_forward", "resnorm"), ("gelu_tanh_forward", "onednn"), "bytes_per_second"),
+    ("GELU erf bwd resnorm / oneDNN", ("gelu_erf_backward", "resnorm"), ("gelu_erf_backward", "onednn"), "bytes_per_second"),
+    ("GELU erf fwd resnorm / memcpy", ("gelu_erf_forward", "resnorm"), ("memcpy", "memcpy"), "bytes_per_second"),
+    ("add+LN fwd fused / unfused", ("add_layer_norm_forward", "resnorm"), ("add_layer_norm_forward", "unfused"), "bytes_per_second"),
+    ("add+LN bwd fused / unfused", ("add_layer_norm_backward", "resnorm"), ("add_layer_norm_backward", "unfused"), "bytes_per_second"),
+    ("LN fwd bf16 / float (elements/s)", ("layer_norm_forward", "resnorm_bf16"), ("layer_norm_forward", "resnorm"), "items_per_second"),
+    ("LN bwd bf16 / float (elements/s)", ("layer_norm_backward", "resnorm_bf16"), ("layer_norm_backward", "resnorm"), "items_per_second"),
+    ("RMS fwd bf16 / float (elements/s)", ("rms_norm_forward", "resnorm_bf16"), ("rms_norm_forward", "resnorm"), "items_per_second"),
+    ("GELU erf fwd bf16 / float (elements/s)", ("gelu_erf_forward", "resnorm_bf16"), ("gelu_erf_forward", "resnorm"), "items_per_second"),
+    ("add+LN fwd bf16 / float (elements/s)", ("add_layer_norm_forward", "resnorm_bf16"), ("add_layer_norm_forward", "resnorm"), "items_per_second"),
+]
+THREAD_OPS = ["layer_norm_forward", "layer_norm_backward", "rms_norm_forward", "rms_norm_backward"]
+
+
+def run(cmd, env=None):
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    # Progress to stderr; the ratio table alone goes to stdout.
+    subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)
+
+
+def build(build_dir):
+    run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", "-DRESNORM_OPENMP=ON",
+         "-DRESNORM_BUILD_TESTS=OFF", "-DRESNORM_BUILD_EXAMPLES=OFF", "-DRESNORM_INSTALL=OFF",
+         "-DRESNORM_NATIVE=ON"])
+    run(["cmake", "--build", build_dir, "-j2", "--target"] + [f"resnorm_bench_{b}" for b in BINARIES])
+
+
+def bench(build_dir, name, threads, repetitions, min_time, out, bench_filter=None):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close")
+    cmd = [Path(build_dir) / "bench" / f"resnorm_bench_{name}",
+           "--benchmark_enable_random_interleaving=true",
+           f"--benchmark_repetitions={repetitions}",
+           "--benchmark_report_aggregates_only=true",
+           f"--benchmark_min_time={min_time}",
+           "--benchmark_format=console", f"--benchmark_out={out}", "--benchmark_out_format=json"]
+    if bench_filter:
+        cmd.append(f"--benchmark_filter={bench_filter}")
+    run(cmd, env=env)
+    return json.loads(Path(out).read_text())
+
+
+def medians(report):
+    """{(op, impl, rows, dim): {counter: value}} from the median aggregates."""
+    result = {}
+    for b in report["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        parts = b["run_name"].split("/")  # op/impl/rows:R/dim:D[/real_time]
+        op, impl = parts[0], parts[1]
+        rows = int(parts[2].split(":")[1])
+        dim = int(parts[3].split(":")[1])
+        result[(op, impl, rows, dim)] = b
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default="/tmp/resnorm-bench-build")
+    parser.add_argument("--repetitions", type=int, default=9)
+    parser.add_argument("--min-time", default="0.2")
+    parser.add_argument("--skip-build", action="store_true")
+    args = parser.parse_args()
+
+    if not args.skip_build:
+        build(args.build_dir)
+
+    one, two = {}, {}
+    for name in BINARIES:
+        one.update(medians(bench(args.build_dir, name, 1, args.repetitions, args.min_time,
+                                 Path(args.build_dir) / f"{name}_1thread.json")))
+    thread_filter = "^(" + "|".join(THREAD_OPS) + ")/resnorm/"
+    for name in ["layer_norm", "rms_norm"]:
+        two.update(medians(bench(args.build_dir, name, 2, args.repetitions, args.min_time,
+                                 Path(args.build_dir) / f"{name}_2threads.json", thread_filter)))
+
+    shapes = sorted({(k[2], k[3]) for k in one}, key=lambda s: (s[0] * s[1], s[0]))
+    header = "| ratio (medians) | " + " | ".join(f"{r}×{d}" for r, d in shapes) + " |"
+    print()
+    print(header)
+    print("|---|" + "---:|" * len(shapes))
+
+    def cell(num, den, counter):
+        if num is None or den is None or counter not in num or counter not in den:
+            return "—"
+        return f"{num[counter] / den[counter]:.2f}"
+
+    for label, (op_n, impl_n), (op_d, impl_d), counter in RATIOS:
+        cells = [cell(one.get((op_n, impl_n, r, d)), one.get((op_d, impl_d, r, d)), counter) for r, d in shapes]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    for op in THREAD_OPS:
+        cells = [cell(two.get((op, "resnorm", r, d)), one.get((op, "resnorm", r, d)), "items_per_second")
+                 for r, d in shapes]
+        print(f"| {op} 2 threads / 1 thread | " + " | ".join(cells) + " |")
+
+    print()
+    print("| absolute (medians, 1 thread) | " + " | ".join(f"{r}×{d}" for r, d in shapes) + " |")
+    print("|---|" + "---:|" * len(shapes))
+    for op, impl in [("memcpy", "memcpy"), ("layer_norm_forward", "resnorm"), ("layer_norm_forward", "onednn"),
+                     ("layer_norm_backward", "resnorm"), ("layer_norm_backward", "onednn")]:
+        cells = []
+        for r, d in shapes:
+            b = one.get((op, impl, r, d))
+            cells.append("—" if b is None else f"{b['bytes_per_second'] / 1e9:.1f} GB/s, {b['real_time']:.3g} {b['time_unit']}")
+        print(f"| {op}/{impl} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
