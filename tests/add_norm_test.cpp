@@ -60,7 +60,8 @@ TEMPLATE_TEST_CASE("add_norm forward and vjp: fused equals add then norm", "[add
         CHECK(out.rstd == rstd);
 
         const auto grad = resnorm::add_norm_vjp<S>(kind, out.s, ds, dy, gamma, out);
-        const auto ref = resnorm_reference::norm_backward(ref_kind, out.s, dy, gamma, eps);
+        const auto ref = resnorm_reference::norm_backward(ref_kind, out.s, dy, gamma,
+                                                          static_cast<long double>(eps));
         const resnorm_reference::ld_mat expected = ds.template cast<long double>() + ref.dx;
         CHECK(max_abs_diff(grad.dx, expected) <= tolerance<S>() * std::max(1.0, max_abs(expected)));
         CHECK(max_abs_diff(grad.dgamma, ref.dgamma) <=

@@ -52,7 +52,8 @@ TEMPLATE_TEST_CASE("layer_norm kernel forward: matches the long-double loops",
         matrix<S> y(rows, dim);
         vector<double> mean(rows), rstd(rows);
         resnorm::layer_norm_forward_into<S>(x, gamma, beta, eps, y, mean, rstd);
-        const auto ref = resnorm_reference::norm_forward(norm_kind::layer, x, gamma, beta, eps);
+        const auto ref = resnorm_reference::norm_forward(norm_kind::layer, x, gamma, beta,
+                                                         static_cast<long double>(eps));
         const double scale = std::max(1.0, max_abs(ref.y));
         CHECK(max_abs_diff(y, ref.y) <= tolerance<S>() * scale);
         CHECK(max_abs_diff(mean, ref.mean) <= 1e-14 * std::max(1.0, max_abs(ref.mean)));
@@ -80,7 +81,8 @@ TEMPLATE_TEST_CASE("layer_norm kernel vjp: matches the long-double Jacobian prod
         resnorm::layer_norm_forward_into<S>(x, gamma, vector<S>(), eps, y, mean, rstd);
         resnorm::kernels::kernel_workspace ws;
         resnorm::layer_norm_vjp_into<S>(x, dy, gamma, mean, rstd, dx, dgamma, dbeta, ws);
-        const auto ref = resnorm_reference::norm_backward(norm_kind::layer, x, dy, gamma, eps);
+        const auto ref = resnorm_reference::norm_backward(norm_kind::layer, x, dy, gamma,
+                                                          static_cast<long double>(eps));
         CHECK(max_abs_diff(dx, ref.dx) <= tolerance<S>() * std::max(1.0, max_abs(ref.dx)));
         CHECK(max_abs_diff(dgamma, ref.dgamma) <= tolerance<S>() *
                                                       std::max(1.0, max_abs(ref.dgamma)) *

@@ -49,10 +49,13 @@ TEMPLATE_TEST_CASE("rms_norm kernel forward and vjp: match the long-double loops
         resnorm::rms_norm_forward_into<S>(x, gamma, eps, y, rstd);
         resnorm::kernels::kernel_workspace ws;
         resnorm::rms_norm_vjp_into<S>(x, dy, gamma, rstd, dx, dgamma, ws);
-        const auto ref = resnorm_reference::norm_forward(norm_kind::rms, x, gamma, gamma, eps);
+        const auto ref = resnorm_reference::norm_forward(norm_kind::rms, x, gamma, gamma,
+                                                         static_cast<long double>(eps));
         const vector<S> no_beta;
-        const auto ref_y = resnorm_reference::norm_forward(norm_kind::rms, x, gamma, no_beta, eps);
-        const auto ref_g = resnorm_reference::norm_backward(norm_kind::rms, x, dy, gamma, eps);
+        const auto ref_y = resnorm_reference::norm_forward(norm_kind::rms, x, gamma, no_beta,
+                                                           static_cast<long double>(eps));
+        const auto ref_g = resnorm_reference::norm_backward(norm_kind::rms, x, dy, gamma,
+                                                            static_cast<long double>(eps));
         CHECK(max_abs_diff(y, ref_y.y) <= tolerance<S>() * std::max(1.0, max_abs(ref_y.y)));
         CHECK(max_abs_diff(rstd, ref.rstd) <= 1e-14 * std::max(1.0, max_abs(ref.rstd)));
         CHECK(max_abs_diff(dx, ref_g.dx) <= tolerance<S>() * std::max(1.0, max_abs(ref_g.dx)));
