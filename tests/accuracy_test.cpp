@@ -285,7 +285,7 @@ struct hostile_case {
   double eps;
   // A row whose Σx² exceeds FLT_MAX: a float accumulation of (x − mean)² may overflow on it.
   bool top_of_range() const {
-    const double float_max = std::numeric_limits<float>::max();
+    const double float_max = static_cast<double>(std::numeric_limits<float>::max());
     for (Index t = 0; t < x.rows(); ++t) {
       if (x.row(t).template cast<double>().squaredNorm() > float_max) return true;
     }
@@ -529,8 +529,8 @@ TEST_CASE("accuracy: float rows x = 1e4 + N(0,1) keep y and dx within 1e-5 on ev
                                               dim, gamma.data(), ld(eps), dx.data(), unused.data(),
                                               unused.data());
         for (Index j = 0; j < dim; ++j) {
-          CHECK(std::abs(static_cast<ld>(r.y(t, j)) - y[j]) <= large_offset_requirement);
-          CHECK(std::abs(static_cast<ld>(r.dx(t, j)) - dx[j]) <= large_offset_requirement);
+          CHECK(std::abs(static_cast<ld>(r.y(t, j)) - y[j]) <= ld(large_offset_requirement));
+          CHECK(std::abs(static_cast<ld>(r.dx(t, j)) - dx[j]) <= ld(large_offset_requirement));
         }
       }
     }
