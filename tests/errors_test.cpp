@@ -452,8 +452,9 @@ TEMPLATE_TEST_CASE("norm_block: a residual scale of the wrong length is rejected
 // Entry point lacks the check: residual::vjp/jvp and pre_ln_block::vjp/jvp never run F forward,
 // so a width-changing F surfaces as linear::vjp's "dy is 2x4, expected 2x3" or as an Eigen
 // assertion on the sum (an abort without this file's eigen_assert); post_ln_block::vjp reports
-// it under the name post_ln_block::forward and post_ln_block::jvp hits the Eigen assertion on
-// v + J_F v before it runs F forward.
+// it under the name post_ln_block::forward, and post_ln_block::jvp does too or hits the Eigen
+// assertion on v + J_F v, depending on the compiler's order of argument evaluation (clang: the
+// former, g++: the latter).
 // Fix: residual.hpp, vjp: detail::forward_keeping_shape("residual::vjp", sublayer, x) before
 // the sublayer's vjp; jvp: check_same_shape("residual::jvp", "sublayer output", Jv, "x", x) on
 // Jv = sublayer.jvp(x, v) (J_F v has F's output shape; no extra forward). pre_ln_block.hpp: the
