@@ -9,8 +9,9 @@
 // the (T·d) x (T·d) matrix, vjp()/jvp() cost O(T·d).
 //
 // Numerics: evaluated in accumulator_t<Scalar> (double for float) and rounded once. erfc(−x/√2)
-// rather than 1 + erf(x/√2) keeps relative accuracy for negative x, where 1 + erf cancels;
-// 1 − tanh² rather than 1/cosh², which overflows for large |u|.
+// rather than 1 + erf(x/√2) keeps relative accuracy for negative x, where 1 + erf cancels; for
+// the same reason the tanh form is evaluated as x · σ(2u), σ the logistic function, and its
+// 1 − tanh² u as 4 σ(2u) σ(−2u) (no 1/cosh², which overflows for large |u|).
 //
 // Speed: for float and double, forward, derivative, vjp and jvp run the row kernels of
 // kernels/gelu_kernel.hpp in double arithmetic (the same formulas, rounded once); forward_into
@@ -57,26 +58,31 @@ template <class A>
 inline constexpr A gelu_tanh_k1 = A(0.044715);
 }  // namespace detail
 
+// ½ x (1 + tanh u) = x · σ(2u), σ(t) = 1/(1 + exp(−t)): the logistic form keeps relative
+// accuracy for x ≪ 0, where 1 + tanh u cancels to nothing.
 template <class T>
 T gelu_tanh(T x) {
   using A = accumulator_t<T>;
   const A a = static_cast<A>(x);
   const A u = detail::gelu_tanh_k0<A> * (a + detail::gelu_tanh_k1<A> * a * a * a);
-  return static_cast<T>(A(0.5) * a * (A(1) + std::tanh(u)));
+  return static_cast<T>(a / (A(1) + std::exp(A(-2) * u)));
 }
 
+// ½ (1 + tanh u) + ½ x (1 − tanh² u) u' = s + 2 x s (1 − s) u', with s = σ(2u) and
+// 1 − s = σ(−2u) evaluated directly (1 − s would cancel for x ≫ 0).
 template <class T>
 T gelu_tanh_derivative(T x) {
   using A = accumulator_t<T>;
   const A a = static_cast<A>(x);
   const A u = detail::gelu_tanh_k0<A> * (a + detail::gelu_tanh_k1<A> * a * a * a);
-  const A th = std::tanh(u);
+  const A s = A(1) / (A(1) + std::exp(A(-2) * u));
+  const A one_minus_s = A(1) / (A(1) + std::exp(A(2) * u));
   const A du = detail::gelu_tanh_k0<A> * (A(1) + A(3) * detail::gelu_tanh_k1<A> * a * a);
-  // Where tanh² u rounds to 1 the second term is 0, even though x · du may overflow: skip it
+  // Where s (1 − s) rounds to 0 the second term is 0, even though x · du may overflow: skip it
   // rather than form 0 · inf = NaN.
-  const A sech2 = A(1) - th * th;
-  const A tail = sech2 == A(0) ? A(0) : A(0.5) * a * sech2 * du;
-  return static_cast<T>(A(0.5) * (A(1) + th) + tail);
+  const A sech2_quarter = s * one_minus_s;
+  const A tail = sech2_quarter == A(0) ? A(0) : A(2) * a * sech2_quarter * du;
+  return static_cast<T>(s + tail);
 }
 
 template <class T>

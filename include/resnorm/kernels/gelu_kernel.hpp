@@ -118,8 +118,11 @@ C gelu_tanh_slope(C x) {
   const C s = gelu_tanh_sigma(x);
   const C du = static_cast<C>(tanh_k0) * (C(1) + C(3) * static_cast<C>(tanh_k1) * x * x);
   // 2σ(1 − σ) is exactly 0 where σ saturates; x · du may then overflow, and 0 · inf is NaN.
+  // In float, exp_float clamps its argument, so σ(2u) bottoms out near 4.6e-39 instead of 0:
+  // below x = −10 (2u < −87, where σ(2u) < FLT_MIN) GELU'(x) is under 1e-35, so the slope is 0.
   const C w = C(2) * s * (C(1) - s);
-  return s + (w == C(0) ? C(0) : x * w * du);
+  const bool saturated = std::is_same_v<C, float> ? (w == C(0) || x < C(-10)) : w == C(0);
+  return saturated ? (x < C(0) ? C(0) : s) : s + x * w * du;
 }
 
 // out_j = f(x_j) (dy == nullptr) or dy_j · f(x_j), over n elements. The product is taken in
