@@ -170,20 +170,28 @@ inline double ex7_post_96() { return chained_derivative(toy_post(), 96, 1.0); }
 
 // ---- Ex 6: variance of a Pre-LN stream after N independent unit-variance writes ------------
 //
-// Each of `samples` features is an independent copy of the stream; layer l is a residual whose
+// Independent streams of d = 64 features, each a 1 x d row through N residual layers whose
 // branch writes a fresh N(0, v) vector (a Linear with W = 0 and a random bias). After N layers
-// the sample variance over the features estimates Var(x_N) = N v.
+// the sample variance over all streams' features estimates Var(x_N) = N v. At least `samples`
+// values are drawn (rounded up to whole streams).
 
 inline double ex6_stream_variance(int layers, index samples, double v, std::uint64_t seed) {
+  constexpr index d = 64;
+  const index streams = (samples + d - 1) / d;
   resnorm::normal_generator rng(seed);
-  matrix<double> x = matrix<double>::Zero(1, samples);
-  for (int l = 0; l < layers; ++l) {
-    const matrix<double> write = resnorm::random_normal<double>(1, samples, rng, std::sqrt(v));
-    const resnorm::residual<resnorm::linear<double>> layer(constant_sublayer(write));
-    x = layer.forward(x);
+  double sum = 0, sum_of_squares = 0;
+  for (index s = 0; s < streams; ++s) {
+    matrix<double> x = matrix<double>::Zero(1, d);
+    for (int l = 0; l < layers; ++l) {
+      const matrix<double> write = resnorm::random_normal<double>(1, d, rng, std::sqrt(v));
+      const resnorm::residual<resnorm::linear<double>> layer(constant_sublayer(write));
+      x = layer.forward(x);
+    }
+    sum += x.sum();
+    sum_of_squares += x.squaredNorm();
   }
-  const double mean = x.mean();
-  return (x.array() - mean).square().sum() / static_cast<double>(samples - 1);
+  const double n = static_cast<double>(streams * d);
+  return (sum_of_squares - sum * sum / n) / (n - 1);
 }
 
 // ---- Ex 8: gamma = 2, beta = 1, eps = 0 on x = (-2, 0, 2, 4) --------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build resnorm and run its tests: the README's test command, and what CI runs.
 #
-#   bash tests/run.sh               # workflow preset "test": g++, -O2 with asserts, -Werror
+#   bash tests/run.sh               # workflow preset "test": g++, -O1 with asserts, -Werror
 #   bash tests/run.sh clang-test    # any workflow preset from CMakePresets.json
 #
 # On Debian/Ubuntu it first installs whatever build dependency is missing (apt, only then).
