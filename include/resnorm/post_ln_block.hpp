@@ -41,13 +41,15 @@ class post_ln_block {
   post_ln_block(Sublayer f, Norm n) : sublayer(std::move(f)), norm(std::move(n)) {}
 
   // y = LN(x + F(x))
-  matrix<scalar_type> forward(matrix_cref<scalar_type> x) const { return norm.forward(sum(x)); }
+  matrix<scalar_type> forward(matrix_cref<scalar_type> x) const {
+    return norm.forward(sum("post_ln_block::forward", x));
+  }
 
   // g  = J_LN(z)ᵀ dy           (through LN at z = x + F(x): the highway pays this too)
   // dx = g + J_F(x)ᵀ g          (highway + branch)
   grad_type vjp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> dy) const {
     detail::check_same_shape("post_ln_block::vjp", "dy", dy, "x", x);
-    auto norm_grad = norm.vjp(sum(x), dy);
+    auto norm_grad = norm.vjp(sum("post_ln_block::vjp", x), dy);
     auto sublayer_grad = sublayer.vjp(x, norm_grad.dx);
     matrix<scalar_type> dx = norm_grad.dx + sublayer_grad.dx;
     return {std::move(dx), std::move(sublayer_grad), std::move(norm_grad)};
@@ -56,7 +58,10 @@ class post_ln_block {
   // J v = J_LN(z) (v + J_F v)
   matrix<scalar_type> jvp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> v) const {
     detail::check_same_shape("post_ln_block::jvp", "v", v, "x", x);
-    return norm.jvp(sum(x), v + sublayer.jvp(x, v));
+    const matrix<scalar_type> z = sum("post_ln_block::jvp", x);
+    const matrix<scalar_type> branch = sublayer.jvp(x, v);
+    detail::check_same_shape("post_ln_block::jvp", "sublayer output", branch, "x", x);
+    return norm.jvp(z, v + branch);
   }
 
   // J_LN(z) (I + J_F(x))
@@ -64,13 +69,13 @@ class post_ln_block {
     matrix<scalar_type> residual_jacobian = sublayer.jacobian(x);
     detail::check_shape_preserving_jacobian("post_ln_block::jacobian", residual_jacobian, x);
     residual_jacobian.diagonal().array() += scalar_type(1);
-    return norm.jacobian(sum(x)) * residual_jacobian;
+    return norm.jacobian(sum("post_ln_block::jacobian", x)) * residual_jacobian;
   }
 
  private:
   // z = x + F(x), the residual sum LN normalises.
-  matrix<scalar_type> sum(matrix_cref<scalar_type> x) const {
-    return x + detail::forward_keeping_shape("post_ln_block::forward", sublayer, x);
+  matrix<scalar_type> sum(const char* function, matrix_cref<scalar_type> x) const {
+    return x + detail::forward_keeping_shape(function, sublayer, x);
   }
 };
 

@@ -60,7 +60,9 @@ class pre_ln_block {
   matrix<scalar_type> jvp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> v) const {
     detail::check_same_shape("pre_ln_block::jvp", "v", v, "x", x);
     const matrix<scalar_type> u = norm.forward(x);
-    return v + sublayer.jvp(u, norm.jvp(x, v));
+    const matrix<scalar_type> branch = sublayer.jvp(u, norm.jvp(x, v));
+    detail::check_same_shape("pre_ln_block::jvp", "sublayer output", branch, "x", x);
+    return v + branch;
   }
 
   // I + J_F(u) J_LN(x)

@@ -52,7 +52,11 @@ class residual {
   // J v = v + h J_F v
   matrix<scalar_type> jvp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> v) const {
     detail::check_same_shape("residual::jvp", "v", v, "x", x);
-    return v + step * sublayer.jvp(x, v);
+    // J_F v has F's output shape: checked, so a width-changing F throws instead of
+    // tripping Eigen's size assertion in the sum.
+    const matrix<scalar_type> branch = sublayer.jvp(x, v);
+    detail::check_same_shape("residual::jvp", "sublayer output", branch, "x", x);
+    return v + step * branch;
   }
 
   // I + h J_F
