@@ -6,10 +6,14 @@
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/random.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 
 // Tolerances, in one place.
 // Central differences in double, step cbrt(eps) ≈ 6e-6: error ~eps^(2/3) ≈ 4e-11 relative to the
@@ -24,24 +28,6 @@ constexpr double consistency_tol_float = 1e-4;
 template <class S>
 double tolerance() {
   return std::is_same_v<S, float> ? consistency_tol_float : consistency_tol_double;
-}
-
-template <class S>
-double max_abs(const matrix<S>& m) {
-  return m.size() ? static_cast<double>(m.cwiseAbs().maxCoeff()) : 0.0;
-}
-
-template <class S>
-matrix<S> flat(const matrix<S>& m) {
-  return Eigen::Map<const matrix<S>>(m.data(), m.size(), 1);
-}
-
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return 0.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a.template cast<double>() - b.template cast<double>()).cwiseAbs().maxCoeff() /
-         (scale > 0 ? scale : 1.0);
 }
 
 template <class S>
@@ -88,7 +74,7 @@ TEST_CASE("causal_self_attention forward: one token attends only to itself",
   const auto f = random_attention<double>(8, 2, rng);
   const matrix<double> x = resnorm::random_normal<double>(1, 8, rng);
   const matrix<double> expected = (x * f.wv) * f.wo;
-  CHECK(max_abs<double>(f.forward(x) - expected) <= 1e-14);
+  CHECK(max_abs(f.forward(x) - expected) <= 1e-14);
   CHECK(f.forward(matrix<double>(0, 8)).rows() == 0);
 }
 
@@ -150,8 +136,8 @@ TEMPLATE_TEST_CASE("causal_self_attention vjp and jvp: agree with the explicit J
       const matrix<TestType> J = f.jacobian(x);
       const matrix<TestType> dx = f.vjp(x, u).dx;
       const matrix<TestType> jv = f.jvp(x, v);
-      CHECK(max_abs<TestType>(flat(dx) - J.transpose() * flat(u)) <= tolerance<TestType>());
-      CHECK(max_abs<TestType>(flat(jv) - J * flat(v)) <= tolerance<TestType>());
+      CHECK(max_abs((vec(dx) - J.transpose() * vec(u)).eval()) <= tolerance<TestType>());
+      CHECK(max_abs((vec(jv) - J * vec(v)).eval()) <= tolerance<TestType>());
       const double lhs = u.template cast<double>().cwiseProduct(jv.template cast<double>()).sum();
       const double rhs = dx.template cast<double>().cwiseProduct(v.template cast<double>()).sum();
       CHECK(lhs == Approx(rhs).margin(10 * tolerance<TestType>()));
@@ -177,14 +163,14 @@ TEST_CASE("causal_self_attention vjp: weight gradients match finite differences"
       };
     };
     using attention = resnorm::causal_self_attention<double>;
-    CHECK(rel_error(grad.dwq, resnorm::finite_difference_gradient(loss_with(&attention::wq),
-                                                                  f.wq)) <= fd_rel_tol);
-    CHECK(rel_error(grad.dwk, resnorm::finite_difference_gradient(loss_with(&attention::wk),
-                                                                  f.wk)) <= fd_rel_tol);
-    CHECK(rel_error(grad.dwv, resnorm::finite_difference_gradient(loss_with(&attention::wv),
-                                                                  f.wv)) <= fd_rel_tol);
-    CHECK(rel_error(grad.dwo, resnorm::finite_difference_gradient(loss_with(&attention::wo),
-                                                                  f.wo)) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.dwq, resnorm::finite_difference_gradient(loss_with(&attention::wq),
+                                                                     f.wq)) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.dwk, resnorm::finite_difference_gradient(loss_with(&attention::wk),
+                                                                     f.wk)) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.dwv, resnorm::finite_difference_gradient(loss_with(&attention::wv),
+                                                                     f.wv)) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.dwo, resnorm::finite_difference_gradient(loss_with(&attention::wo),
+                                                                     f.wo)) <= fd_rel_tol);
   }
 }
 

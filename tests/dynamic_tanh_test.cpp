@@ -9,11 +9,15 @@
 #include "resnorm/pre_ln_block.hpp"
 #include "resnorm/random.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
 using resnorm::vector;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 
 // Tolerances, in one place.
 // Central differences in double, step cbrt(eps) ≈ 6e-6: error ~eps^(2/3) ≈ 4e-11 relative to
@@ -26,24 +30,6 @@ constexpr double consistency_tol_float = 1e-6;
 template <class S>
 double tolerance() {
   return std::is_same_v<S, float> ? consistency_tol_float : consistency_tol_double;
-}
-
-template <class S>
-double max_abs(const matrix<S>& m) {
-  return m.size() ? static_cast<double>(m.cwiseAbs().maxCoeff()) : 0.0;
-}
-
-template <class S>
-matrix<S> flat(const matrix<S>& m) {
-  return Eigen::Map<const matrix<S>>(m.data(), m.size(), 1);
-}
-
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return 0.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a.template cast<double>() - b.template cast<double>()).cwiseAbs().maxCoeff() /
-         (scale > 0 ? scale : 1.0);
 }
 
 template <class S>
@@ -98,9 +84,9 @@ TEMPLATE_TEST_CASE("dynamic_tanh vjp and jvp: agree with the explicit Jacobian",
       const matrix<TestType> u = resnorm::random_normal<TestType>(rows, dim, rng);
       const matrix<TestType> v = resnorm::random_normal<TestType>(rows, dim, rng);
       const matrix<TestType> J = f.jacobian(x);
-      CHECK(max_abs<TestType>(flat(f.vjp(x, u).dx) - J.transpose() * flat(u)) <=
+      CHECK(max_abs((vec(f.vjp(x, u).dx) - J.transpose() * vec(u)).eval()) <=
             tolerance<TestType>());
-      CHECK(max_abs<TestType>(flat(f.jvp(x, v)) - J * flat(v)) <= tolerance<TestType>());
+      CHECK(max_abs((vec(f.jvp(x, v)) - J * vec(v)).eval()) <= tolerance<TestType>());
     }
   }
 }
@@ -139,8 +125,8 @@ TEST_CASE("dynamic_tanh vjp: dalpha, dgamma, dbeta match finite differences",
       },
       f.beta);
   CHECK(grad.dalpha == Approx(fd_alpha(0, 0)).epsilon(fd_rel_tol));
-  CHECK(rel_error(grad.dgamma, fd_gamma) <= fd_rel_tol);
-  CHECK(rel_error(grad.dbeta, fd_beta) <= fd_rel_tol);
+  CHECK(max_rel_diff(grad.dgamma, fd_gamma) <= fd_rel_tol);
+  CHECK(max_rel_diff(grad.dbeta, fd_beta) <= fd_rel_tol);
 }
 
 TEST_CASE("dynamic_tanh: stands in for LayerNorm in pre_ln_block and post_ln_block",
@@ -153,8 +139,8 @@ TEST_CASE("dynamic_tanh: stands in for LayerNorm in pre_ln_block and post_ln_blo
   const resnorm::post_ln_block<resnorm::linear<double>, dyt> post(f, norm);
   const matrix<double> x = resnorm::random_normal<double>(3, 4, rng);
   // Pre: x + F(DyT(x)); post: DyT(x + F(x)), composed by hand.
-  CHECK(max_abs<double>(pre.forward(x) - (x + f.forward(norm.forward(x)))) <= 1e-15);
-  CHECK(max_abs<double>(post.forward(x) - norm.forward(x + f.forward(x))) <= 1e-15);
+  CHECK(max_abs(pre.forward(x) - (x + f.forward(norm.forward(x)))) <= 1e-15);
+  CHECK(max_abs(post.forward(x) - norm.forward(x + f.forward(x))) <= 1e-15);
   CHECK(resnorm::check_jacobian(pre, x).max_rel_error <= fd_rel_tol);
   CHECK(resnorm::check_jacobian(post, x).max_rel_error <= fd_rel_tol);
 }

@@ -4,11 +4,15 @@
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/random.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
 using resnorm::vector;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 
 // Tolerances, in one place.
 // Central differences in double, step cbrt(eps) ≈ 6e-6: truncation and rounding both ~eps^(2/3)
@@ -26,16 +30,6 @@ double tolerance() {
 }
 
 template <class S>
-double max_abs(const matrix<S>& m) {
-  return m.size() ? static_cast<double>(m.cwiseAbs().maxCoeff()) : 0.0;
-}
-
-template <class S>
-matrix<S> flat(const matrix<S>& m) {
-  return Eigen::Map<const matrix<S>>(m.data(), m.size(), 1);
-}
-
-template <class S>
 resnorm::feed_forward<S> random_ffn(resnorm::index dim, resnorm::index hidden,
                                     resnorm::normal_generator& rng,
                                     resnorm::gelu_approximation form) {
@@ -43,15 +37,6 @@ resnorm::feed_forward<S> random_ffn(resnorm::index dim, resnorm::index hidden,
   const matrix<S> b2 = resnorm::random_normal<S>(dim, 1, rng, 0.3);
   return resnorm::feed_forward<S>(resnorm::random_normal<S>(dim, hidden, rng, 0.5), b1,
                                   resnorm::random_normal<S>(hidden, dim, rng, 0.5), b2, form);
-}
-
-// max |a − b| / max |b|, 0 when both are empty.
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return 0.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a.template cast<double>() - b.template cast<double>()).cwiseAbs().maxCoeff() /
-         (scale > 0 ? scale : 1.0);
 }
 
 }  // namespace
@@ -105,8 +90,8 @@ TEMPLATE_TEST_CASE("feed_forward vjp and jvp: agree with the explicit Jacobian",
       const matrix<TestType> J = f.jacobian(x);
       const matrix<TestType> dx = f.vjp(x, u).dx;
       const matrix<TestType> jv = f.jvp(x, v);
-      CHECK(max_abs<TestType>(flat(dx) - J.transpose() * flat(u)) <= tolerance<TestType>());
-      CHECK(max_abs<TestType>(flat(jv) - J * flat(v)) <= tolerance<TestType>());
+      CHECK(max_abs((vec(dx) - J.transpose() * vec(u)).eval()) <= tolerance<TestType>());
+      CHECK(max_abs((vec(jv) - J * vec(v)).eval()) <= tolerance<TestType>());
       const double lhs = u.template cast<double>().cwiseProduct(jv.template cast<double>()).sum();
       const double rhs = dx.template cast<double>().cwiseProduct(v.template cast<double>()).sum();
       CHECK(lhs == Approx(rhs).margin(10 * tolerance<TestType>()));
@@ -140,10 +125,10 @@ TEST_CASE("feed_forward vjp: parameter gradients match finite differences",
         loss_with([](auto& g, const matrix<double>& p) { g.w2 = p; }), f.w2);
     const auto fd_b2 = resnorm::finite_difference_gradient(
         loss_with([](auto& g, const vector<double>& p) { g.b2 = p; }), f.b2);
-    CHECK(rel_error(grad.dw1, fd_w1) <= fd_rel_tol);
-    CHECK(rel_error(grad.db1, fd_b1) <= fd_rel_tol);
-    CHECK(rel_error(grad.dw2, fd_w2) <= fd_rel_tol);
-    CHECK(rel_error(grad.db2, fd_b2) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.dw1, fd_w1) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.db1, fd_b1) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.dw2, fd_w2) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.db2, fd_b2) <= fd_rel_tol);
   }
 }
 

@@ -7,11 +7,15 @@
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/random.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
 using resnorm::vector;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 
 // Tolerances, in one place.
 // Central differences in double, step cbrt(eps) ≈ 6e-6: error ~eps^(2/3) ≈ 4e-11 relative to the
@@ -25,24 +29,6 @@ constexpr double consistency_tol_float = 2e-6;
 template <class S>
 double tolerance() {
   return std::is_same_v<S, float> ? consistency_tol_float : consistency_tol_double;
-}
-
-template <class S>
-double max_abs(const matrix<S>& m) {
-  return m.size() ? static_cast<double>(m.cwiseAbs().maxCoeff()) : 0.0;
-}
-
-template <class S>
-matrix<S> flat(const matrix<S>& m) {
-  return Eigen::Map<const matrix<S>>(m.data(), m.size(), 1);
-}
-
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return 0.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a.template cast<double>() - b.template cast<double>()).cwiseAbs().maxCoeff() /
-         (scale > 0 ? scale : 1.0);
 }
 
 template <class S>
@@ -100,8 +86,8 @@ TEMPLATE_TEST_CASE("rms_norm vjp and jvp: agree with the explicit Jacobian", "[r
       const matrix<TestType> J = f.jacobian(x);
       const auto grad = f.vjp(x, u);
       const matrix<TestType> jv = f.jvp(x, v);
-      CHECK(max_abs<TestType>(flat(grad.dx) - J.transpose() * flat(u)) <= tolerance<TestType>());
-      CHECK(max_abs<TestType>(flat(jv) - J * flat(v)) <= tolerance<TestType>());
+      CHECK(max_abs((vec(grad.dx) - J.transpose() * vec(u)).eval()) <= tolerance<TestType>());
+      CHECK(max_abs((vec(jv) - J * vec(v)).eval()) <= tolerance<TestType>());
       const double lhs = u.template cast<double>().cwiseProduct(jv.template cast<double>()).sum();
       const double rhs =
           grad.dx.template cast<double>().cwiseProduct(v.template cast<double>()).sum();
@@ -123,7 +109,7 @@ TEST_CASE("rms_norm vjp: dgamma matches finite differences", "[rms_norm][vjp][pa
         return u.cwiseProduct(resnorm::rms_norm<double>(g, f.eps).forward(x)).sum();
       },
       f.gamma);
-  CHECK(rel_error(f.vjp(x, u).dgamma, fd) <= fd_rel_tol);
+  CHECK(max_rel_diff(f.vjp(x, u).dgamma, fd) <= fd_rel_tol);
 }
 
 TEST_CASE("rms_norm jacobian: singular values are rstd and eps·rstd³", "[rms_norm][jacobian]") {

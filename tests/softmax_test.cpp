@@ -7,10 +7,13 @@
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/random.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
+using resnorm_test::max_abs;
+using resnorm_test::vec;
 
 // Tolerances, in one place.
 // Central differences in double with the default step cbrt(eps) ≈ 6e-6 leave an error of order
@@ -25,17 +28,6 @@ constexpr double consistency_tol_float = 2e-6;
 template <class S>
 double tolerance() {
   return std::is_same_v<S, float> ? consistency_tol_float : consistency_tol_double;
-}
-
-// max |m|, 0 for an empty matrix (Eigen's maxCoeff needs at least one entry).
-template <class S>
-double max_abs(const matrix<S>& m) {
-  return m.size() ? static_cast<double>(m.cwiseAbs().maxCoeff()) : 0.0;
-}
-
-template <class S>
-matrix<S> flat(const matrix<S>& m) {
-  return Eigen::Map<const matrix<S>>(m.data(), m.size(), 1);
 }
 
 }  // namespace
@@ -117,19 +109,19 @@ TEMPLATE_TEST_CASE("softmax vjp and jvp: agree with the explicit Jacobian", "[so
       const matrix<TestType> u = resnorm::random_normal<TestType>(rows, dim, rng);
       const matrix<TestType> v = resnorm::random_normal<TestType>(rows, dim, rng);
       const matrix<TestType> J = f.jacobian(x);
-      const matrix<TestType> jt_u = J.transpose() * flat(u);
-      const matrix<TestType> j_v = J * flat(v);
+      const resnorm::vector<TestType> jt_u = J.transpose() * vec(u);
+      const resnorm::vector<TestType> j_v = J * vec(v);
       const matrix<TestType> dx = f.vjp(x, u).dx;
       const matrix<TestType> jv = f.jvp(x, v);
-      CHECK(max_abs<TestType>(flat(dx) - jt_u) <= tolerance<TestType>());
-      CHECK(max_abs<TestType>(flat(jv) - j_v) <= tolerance<TestType>());
+      CHECK(max_abs(vec(dx) - jt_u) <= tolerance<TestType>());
+      CHECK(max_abs(vec(jv) - j_v) <= tolerance<TestType>());
       // Adjoint identity ⟨u, J v⟩ = ⟨Jᵀ u, v⟩ from the two matrix-free products.
       const double lhs = (u.template cast<double>().cwiseProduct(jv.template cast<double>())).sum();
       const double rhs = (dx.template cast<double>().cwiseProduct(v.template cast<double>())).sum();
       CHECK(lhs == Approx(rhs).margin(10 * tolerance<TestType>()));
       // Each row's block annihilates the ones direction: softmax(x + c 1) = softmax(x).
       const matrix<TestType> ones = matrix<TestType>::Ones(rows, dim);
-      CHECK(max_abs<TestType>(f.jvp(x, ones)) <= tolerance<TestType>());
+      CHECK(max_abs(f.jvp(x, ones)) <= tolerance<TestType>());
     }
   }
 }

@@ -1,6 +1,7 @@
 // tests/support/test_util.hpp — small helpers shared by resnorm's tests.
 //
 //   max_abs_diff(a, b), max_abs(a)        worst entry, in double, of any two Eigen objects
+//   max_rel_diff(a, b)                    max |a − b| relative to max |b|
 //   vec(m), unvec(v, rows, cols)          row-major flattening, as Jacobians index it
 //   random_matrix<S>(rows, cols, seed)    seeded N(mean, std²) entries via resnorm::random_normal
 //   check_derivatives(f, x, tolerance)    jacobian() vs finite differences, vjp vs Jᵀu,
@@ -53,6 +54,16 @@ double max_abs(const Eigen::DenseBase<A>& a) {
     }
   }
   return worst;
+}
+
+// max |a − b| / max |b| over all entries, in double: the error of a relative to the reference b
+// (divided by 1 when b is all zeros, 0 when both are empty).
+template <class A, class B>
+double max_rel_diff(const Eigen::DenseBase<A>& a, const Eigen::DenseBase<B>& b) {
+  const double scale = max_abs(b);
+  const double error =
+      max_abs((a.derived().template cast<double>() - b.derived().template cast<double>()).eval());
+  return error / (scale > 0 ? scale : 1.0);
 }
 
 // vec(m): entry (t, j) of a T x d matrix at index t * d + j (see matrix.hpp).
