@@ -44,13 +44,16 @@ double max_abs_diff(const Eigen::DenseBase<A>& a, const Eigen::DenseBase<B>& b) 
   return worst;
 }
 
-// max |a| over all entries, in double (0 when empty).
+// max |a| over all entries, in double (0 when empty); NaN as soon as one entry is NaN, so a NaN
+// never passes a `<= tolerance` check.
 template <class A>
 double max_abs(const Eigen::DenseBase<A>& a) {
   double worst = 0;
   for (index i = 0; i < a.rows(); ++i) {
     for (index j = 0; j < a.cols(); ++j) {
-      worst = std::max(worst, std::abs(static_cast<double>(a(i, j))));
+      const double e = std::abs(static_cast<double>(a(i, j)));
+      if (std::isnan(e)) return e;
+      worst = std::max(worst, e);
     }
   }
   return worst;
