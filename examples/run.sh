@@ -7,6 +7,5 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/tests/run.sh" examples
 
 echo
-echo "examples/run.sh: the examples ran in ${root}/build/release/examples"
-echo "  (each one's working directory; an example in its own directory, e.g. depth_study,"
-echo "  writes into ${root}/build/release/examples/<that directory>)"
+echo "examples/run.sh: the worked examples and the depth study ran in ${root}/build/release/examples"
+echo "  depth study plots (SVG): ${root}/build/release/examples/depth_study/plots/"
