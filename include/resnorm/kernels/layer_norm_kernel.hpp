@@ -43,19 +43,21 @@ template <class C, class T>
 RESNORM_WIDE_VECTORS row_stats layer_norm_row_stats(const T* x, index d, double eps) {
   const double mean = sum_in_double(x, d) / static_cast<double>(d);
   const split_mean<C> m(mean);
+  // The squares accumulate in double even when C is float: a float row of magnitude ≳ 1e19 has
+  // centred values whose squares overflow float although its variance is finite in double.
   constexpr int lanes = lane_count<C>;
-  C acc[lanes] = {};
+  double acc[lanes] = {};
   index j = 0;
   for (; j + lanes <= d; j += lanes) {
     for (int k = 0; k < lanes; ++k) {
-      const C c = m.centre(load_as<C>(x[j + k]));
+      const double c = static_cast<double>(m.centre(load_as<C>(x[j + k])));
       acc[k] += c * c;
     }
   }
   double tail = 0;
   for (; j < d; ++j) {
-    const C c = m.centre(load_as<C>(x[j]));
-    tail += static_cast<double>(c * c);
+    const double c = static_cast<double>(m.centre(load_as<C>(x[j])));
+    tail += c * c;
   }
   const double var = (fold_lanes(acc) + tail) / static_cast<double>(d);
   // eps inside the square root, as in the definition.
