@@ -16,11 +16,15 @@
 #include "resnorm/random.hpp"
 #include "resnorm/rms_norm.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
 using resnorm::vector;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 using ffn = resnorm::feed_forward<double>;
 using ln = resnorm::layer_norm<double>;
 using block = resnorm::norm_block<ffn, ln>;
@@ -31,19 +35,6 @@ using block = resnorm::norm_block<ffn, ln>;
 constexpr double fd_rel_tol = 1e-6;
 // vjp/jvp against the explicit Jacobian (products of the pieces' Jacobians), in double.
 constexpr double consistency_tol = 1e-12;
-
-double max_abs(const matrix<double>& m) { return m.size() ? m.cwiseAbs().maxCoeff() : 0.0; }
-
-matrix<double> flat(const matrix<double>& m) {
-  return Eigen::Map<const matrix<double>>(m.data(), m.size(), 1);
-}
-
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return a.size() == 0 ? 0.0 : 1.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a - b).cwiseAbs().maxCoeff() / (scale > 0 ? scale : 1.0);
-}
 
 ffn random_ffn(resnorm::index dim, resnorm::normal_generator& rng) {
   const matrix<double> b1 = resnorm::random_normal<double>(2 * dim, 1, rng, 0.3);
@@ -136,8 +127,8 @@ TEST_CASE("norm_block vjp and jvp: agree with the explicit Jacobian for every pl
       const matrix<double> v = resnorm::random_normal<double>(rows, 6, rng);
       const matrix<double> J = b.jacobian(x);
       const matrix<double> dx = b.vjp(x, u).dx, jv = b.jvp(x, v);
-      CHECK(max_abs(flat(dx) - J.transpose() * flat(u)) <= consistency_tol);
-      CHECK(max_abs(flat(jv) - J * flat(v)) <= consistency_tol);
+      CHECK(max_abs(vec(dx) - J.transpose() * vec(u)) <= consistency_tol);
+      CHECK(max_abs(vec(jv) - J * vec(v)) <= consistency_tol);
       CHECK(u.cwiseProduct(jv).sum() == Approx(dx.cwiseProduct(v).sum()).margin(consistency_tol));
     }
   }
@@ -164,24 +155,24 @@ TEST_CASE("norm_block vjp: parameter gradients match finite differences",
           },
           get(b));
     };
-    CHECK(rel_error(grad.sublayer.dw1, fd([](auto& c) -> auto& { return c.sublayer.w1; })) <=
+    CHECK(max_rel_diff(grad.sublayer.dw1, fd([](auto& c) -> auto& { return c.sublayer.w1; })) <=
           fd_rel_tol);
-    CHECK(rel_error(grad.sublayer.db2, fd([](auto& c) -> auto& { return c.sublayer.b2; })) <=
+    CHECK(max_rel_diff(grad.sublayer.db2, fd([](auto& c) -> auto& { return c.sublayer.b2; })) <=
           fd_rel_tol);
     if (b.placement != resnorm::norm_placement::none) {
-      CHECK(rel_error(grad.norm.dgamma, fd([](auto& c) -> auto& { return c.norm.gamma; })) <=
+      CHECK(max_rel_diff(grad.norm.dgamma, fd([](auto& c) -> auto& { return c.norm.gamma; })) <=
             fd_rel_tol);
-      CHECK(rel_error(grad.norm.dbeta, fd([](auto& c) -> auto& { return c.norm.beta; })) <=
+      CHECK(max_rel_diff(grad.norm.dbeta, fd([](auto& c) -> auto& { return c.norm.beta; })) <=
             fd_rel_tol);
     } else {
       CHECK(grad.norm.dx.size() == 0);
     }
     if (b.placement == resnorm::norm_placement::sandwich_ln) {
-      CHECK(rel_error(grad.branch_norm.dgamma,
-                      fd([](auto& c) -> auto& { return c.branch_norm.gamma; })) <= fd_rel_tol);
+      CHECK(max_rel_diff(grad.branch_norm.dgamma,
+                         fd([](auto& c) -> auto& { return c.branch_norm.gamma; })) <= fd_rel_tol);
     }
     if (b.has_scale()) {
-      CHECK(rel_error(grad.dscale, fd([](auto& c) -> auto& { return c.scale; })) <= fd_rel_tol);
+      CHECK(max_rel_diff(grad.dscale, fd([](auto& c) -> auto& { return c.scale; })) <= fd_rel_tol);
     } else {
       CHECK(grad.dscale.size() == 0);
     }

@@ -6,11 +6,15 @@
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/random.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
 using resnorm::vector;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 using layer = resnorm::transformer_layer<double>;
 using resnorm::norm_placement;
 
@@ -20,19 +24,6 @@ using resnorm::norm_placement;
 constexpr double fd_rel_tol = 1e-6;
 // vjp/jvp against the explicit Jacobian, in double.
 constexpr double consistency_tol = 1e-12;
-
-double max_abs(const matrix<double>& m) { return m.size() ? m.cwiseAbs().maxCoeff() : 0.0; }
-
-matrix<double> flat(const matrix<double>& m) {
-  return Eigen::Map<const matrix<double>>(m.data(), m.size(), 1);
-}
-
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return a.size() == 0 ? 0.0 : 1.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a - b).cwiseAbs().maxCoeff() / (scale > 0 ? scale : 1.0);
-}
 
 resnorm::layer_norm<double> random_ln(resnorm::index d, resnorm::normal_generator& rng) {
   return resnorm::layer_norm<double>(
@@ -106,8 +97,8 @@ TEST_CASE("transformer_layer vjp and jvp: agree with the explicit Jacobian",
       const matrix<double> v = resnorm::random_normal<double>(rows, 8, rng);
       const matrix<double> J = l.jacobian(x);
       const matrix<double> dx = l.vjp(x, u).dx, jv = l.jvp(x, v);
-      CHECK(max_abs(flat(dx) - J.transpose() * flat(u)) <= consistency_tol);
-      CHECK(max_abs(flat(jv) - J * flat(v)) <= consistency_tol);
+      CHECK(max_abs(vec(dx) - J.transpose() * vec(u)) <= consistency_tol);
+      CHECK(max_abs(vec(jv) - J * vec(v)) <= consistency_tol);
       CHECK(u.cwiseProduct(jv).sum() == Approx(dx.cwiseProduct(v).sum()).margin(consistency_tol));
       // Causality survives the whole layer: ∂z_t/∂x_s = 0 exactly for s > t.
       for (resnorm::index t = 0; t < rows; ++t) {
@@ -137,17 +128,17 @@ TEST_CASE("transformer_layer vjp: parameter gradients match finite differences",
           },
           get(l));
     };
-    CHECK(rel_error(grad.attention.sublayer.dwq,
-                    fd([](auto& c) -> auto& { return c.attention.sublayer.wq; })) <= fd_rel_tol);
-    CHECK(rel_error(grad.attention.sublayer.dwo,
-                    fd([](auto& c) -> auto& { return c.attention.sublayer.wo; })) <= fd_rel_tol);
-    CHECK(rel_error(grad.attention.norm.dgamma,
-                    fd([](auto& c) -> auto& { return c.attention.norm.gamma; })) <= fd_rel_tol);
-    CHECK(rel_error(grad.ffn.sublayer.dw2,
-                    fd([](auto& c) -> auto& { return c.ffn.sublayer.w2; })) <= fd_rel_tol);
-    CHECK(rel_error(grad.ffn.sublayer.db1,
-                    fd([](auto& c) -> auto& { return c.ffn.sublayer.b1; })) <= fd_rel_tol);
-    CHECK(rel_error(grad.ffn.norm.dbeta, fd([](auto& c) -> auto& { return c.ffn.norm.beta; })) <=
+    CHECK(max_rel_diff(grad.attention.sublayer.dwq,
+                       fd([](auto& c) -> auto& { return c.attention.sublayer.wq; })) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.attention.sublayer.dwo,
+                       fd([](auto& c) -> auto& { return c.attention.sublayer.wo; })) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.attention.norm.dgamma,
+                       fd([](auto& c) -> auto& { return c.attention.norm.gamma; })) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.ffn.sublayer.dw2,
+                       fd([](auto& c) -> auto& { return c.ffn.sublayer.w2; })) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.ffn.sublayer.db1,
+                       fd([](auto& c) -> auto& { return c.ffn.sublayer.b1; })) <= fd_rel_tol);
+    CHECK(max_rel_diff(grad.ffn.norm.dbeta, fd([](auto& c) -> auto& { return c.ffn.norm.beta; })) <=
           fd_rel_tol);
   }
 }

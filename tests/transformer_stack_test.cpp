@@ -9,11 +9,15 @@
 #include "resnorm/random.hpp"
 #include "resnorm/rms_norm.hpp"
 #include "support/catch.hpp"
+#include "support/test_util.hpp"
 
 namespace {
 
 using resnorm::matrix;
 using resnorm::vector;
+using resnorm_test::max_abs;
+using resnorm_test::max_rel_diff;
+using resnorm_test::vec;
 using stack = resnorm::transformer_stack<double>;
 using resnorm::norm_placement;
 
@@ -23,19 +27,6 @@ using resnorm::norm_placement;
 constexpr double fd_rel_tol = 1e-6;
 // vjp/jvp against the explicit Jacobian (a product of N layer Jacobians), in double.
 constexpr double consistency_tol = 1e-11;
-
-double max_abs(const matrix<double>& m) { return m.size() ? m.cwiseAbs().maxCoeff() : 0.0; }
-
-matrix<double> flat(const matrix<double>& m) {
-  return Eigen::Map<const matrix<double>>(m.data(), m.size(), 1);
-}
-
-template <class A, class B>
-double rel_error(const A& a, const B& b) {
-  if (b.size() == 0) return a.size() == 0 ? 0.0 : 1.0;
-  const double scale = b.cwiseAbs().maxCoeff();
-  return (a - b).cwiseAbs().maxCoeff() / (scale > 0 ? scale : 1.0);
-}
 
 // T = 3, d = 8, 2 heads, d_ff = 16; weights N(0, 0.3²) without depth scaling so every layer is
 // far from the identity; random biases and norm parameters so none of their gradients is trivial.
@@ -103,8 +94,8 @@ TEST_CASE("transformer_stack vjp and jvp: agree with the explicit Jacobian",
     const matrix<double> J = s.jacobian(x);
     const auto grad = s.vjp(x, u);
     const matrix<double> jv = s.jvp(x, v);
-    CHECK(max_abs(flat(grad.dx) - J.transpose() * flat(u)) <= consistency_tol);
-    CHECK(max_abs(flat(jv) - J * flat(v)) <= consistency_tol);
+    CHECK(max_abs(vec(grad.dx) - J.transpose() * vec(u)) <= consistency_tol);
+    CHECK(max_abs(vec(jv) - J * vec(v)) <= consistency_tol);
     REQUIRE(grad.layers.size() == placements.size());
   }
 }
@@ -131,14 +122,16 @@ TEST_CASE("transformer_stack vjp: every layer's parameter gradients match finite
             get(s.layers[l]));
       };
       const auto& g = grad.layers[l];
-      CHECK(rel_error(g.ffn.sublayer.dw2, fd([](auto& c) -> auto& { return c.ffn.sublayer.w2; })) <=
-            fd_rel_tol);
-      CHECK(rel_error(g.attention.sublayer.dwk,
-                      fd([](auto& c) -> auto& { return c.attention.sublayer.wk; })) <= fd_rel_tol);
-      CHECK(rel_error(g.attention.norm.dgamma,
-                      fd([](auto& c) -> auto& { return c.attention.norm.gamma; })) <= fd_rel_tol);
-      CHECK(rel_error(g.ffn.sublayer.db2, fd([](auto& c) -> auto& { return c.ffn.sublayer.b2; })) <=
-            fd_rel_tol);
+      CHECK(max_rel_diff(g.ffn.sublayer.dw2,
+                         fd([](auto& c) -> auto& { return c.ffn.sublayer.w2; })) <= fd_rel_tol);
+      CHECK(max_rel_diff(g.attention.sublayer.dwk, fd([](auto& c) -> auto& {
+                           return c.attention.sublayer.wk;
+                         })) <= fd_rel_tol);
+      CHECK(max_rel_diff(g.attention.norm.dgamma, fd([](auto& c) -> auto& {
+                           return c.attention.norm.gamma;
+                         })) <= fd_rel_tol);
+      CHECK(max_rel_diff(g.ffn.sublayer.db2,
+                         fd([](auto& c) -> auto& { return c.ffn.sublayer.b2; })) <= fd_rel_tol);
     }
     if (s.use_final_norm) {
       const auto fd_gamma = resnorm::finite_difference_gradient(
@@ -148,7 +141,7 @@ TEST_CASE("transformer_stack vjp: every layer's parameter gradients match finite
             return u.cwiseProduct(c.forward(x)).sum();
           },
           s.final_norm.gamma);
-      CHECK(rel_error(grad.final_norm.dgamma, fd_gamma) <= fd_rel_tol);
+      CHECK(max_rel_diff(grad.final_norm.dgamma, fd_gamma) <= fd_rel_tol);
     } else {
       CHECK(grad.final_norm.dgamma.size() == 0);
     }
