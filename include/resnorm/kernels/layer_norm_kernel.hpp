@@ -5,10 +5,10 @@
 //             dx = rstd · (g − mean(g) − xhat · mean(g ⊙ xhat)),  dγ = Σ_rows dy ⊙ xhat,
 //             dβ = Σ_rows dy
 //
-// x, y, dx, dy: T x d of float, double or Eigen::bfloat16 (storage); arithmetic in
-// compute_t<T> (float for float and bf16, double for double); gamma, beta, dγ, dβ in
-// compute_t<T>; mean and rstd per row in double. An empty gamma / beta means absent; an empty
-// dγ / dβ / mean / rstd output means "not wanted".
+// x, y, dx, dy: T x d of float, double or Eigen::bfloat16 (storage); arithmetic in C
+// (compute_t<T> by default: float for float and bf16, double for double); gamma, beta, dγ, dβ in
+// param_t<T>; mean and rstd per row in double. An empty gamma / beta means absent; an empty
+// dγ / dβ / mean / rstd output means "not wanted". The rows are written in simd.hpp's packs.
 //
 // Memory traffic: the forward reads x once and writes y once (plus 16 bytes of stats per row);
 // the row's later passes hit L1. The backward reads x and dy once and writes dx once.
@@ -16,16 +16,25 @@
 //   recompute backward (layer_norm_vjp_recompute_into): needs nothing kept from the forward and
 //     recomputes the statistics from x in L1: two extra in-cache passes per row, no extra memory.
 //
-// Numerics: the mean is accumulated in double and kept as hi + lo (split_mean), so x − mean is
-// formed with one rounding even on rows of large offset (x = 1e4 + N(0, 1)); the variance is a
-// second pass over the centred values, never E[x²] − E[x]². Lanes are folded in a fixed order
-// and dγ, dβ are reduced in fixed row blocks (parallel.hpp): any thread count, the same bits.
+// Numerics (layer_norm_moments): a first pass sums x; the second sums the centred values
+// c = x − mean0 and their squares, and corrects both the mean (mean0 + Σc/d) and the variance
+// (Σc²/d − (Σc/d)²): the corrected two-pass algorithm, never E[x²] − E[x]². The mean is kept as
+// hi + lo so that x − mean is formed with one rounding even on rows of large offset
+// (x = 1e4 + N(0, 1) in float). A float row whose squares would overflow or underflow float
+// (|x − mean| ≳ 1e19, or a spread ≲ 1e-14 with eps < 1e-18), or that holds NaN or ±Inf, is
+// redone in double arithmetic; in double, such rows (|x − mean| ≳ 1e154 or ≲ 1e-145) are
+// scaled by a power of two before squaring. Sums are folded in a fixed order and dγ, dβ are
+// reduced in fixed row blocks (parallel.hpp): any thread count, the same bits.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <type_traits>
 
 #include "resnorm/detail/check.hpp"
 #include "resnorm/kernels/parallel.hpp"
+#include "resnorm/kernels/simd.hpp"
 #include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
@@ -37,116 +46,230 @@ struct row_stats {
   double mean, rstd;
 };
 
-// Two passes over the row (the second from L1): mean = Σx/d in double, then
-// var = Σ((x − hi) − lo)²/d on the centred values.
-template <class C, class T>
-RESNORM_WIDE_VECTORS row_stats layer_norm_row_stats(const T* x, index d, double eps) {
-  const double mean = sum_in_double(x, d) / static_cast<double>(d);
-  const split_mean<C> m(mean);
-  // The squares accumulate in double even when C is float: a float row of magnitude ≳ 1e19 has
-  // centred values whose squares overflow float although its variance is finite in double.
-  constexpr int lanes = lane_count<C>;
-  double acc[lanes] = {};
-  index j = 0;
-  for (; j + lanes <= d; j += lanes) {
-    for (int k = 0; k < lanes; ++k) {
-      const double c = static_cast<double>(m.centre(load_as<C>(x[j + k])));
-      acc[k] += c * c;
-    }
+// x − mean as (x − hi) − lo: hi is the mean rounded to C, lo the rest. x − hi is exact for x
+// within a factor 2 of the mean (Sterbenz), so on a row of large offset the centred value is
+// rounded once, where x − C(mean) would carry half an ulp of the mean into every element.
+template <class C>
+struct row_centre {
+  C hi, lo;
+  explicit row_centre(double mean)
+      : hi(static_cast<C>(mean)), lo(static_cast<C>(mean - static_cast<double>(hi))) {}
+  row_centre(C high, C low) : hi(high), lo(low) {}
+  template <class V>
+  V operator()(V v) const {
+    return (v - hi) - lo;
   }
-  double tail = 0;
-  for (; j < d; ++j) {
-    const double c = static_cast<double>(m.centre(load_as<C>(x[j])));
-    tail += c * c;
+};
+
+// The thresholds within which C arithmetic computes a row's variance to full precision: the
+// mean of the squares must neither overflow nor sink towards C's subnormals (where squares lose
+// their low bits), unless eps is large enough to swamp whatever was lost.
+template <class C>
+struct square_range {
+  static constexpr double min_mean_square = std::is_same_v<C, float> ? 0x1p-90 : 0x1p-960;
+  static constexpr double eps_dominates = std::is_same_v<C, float> ? 0x1p-60 : 0x1p-900;
+  static bool handles(double square_sum, double inv_d, double eps) {
+    return std::isfinite(square_sum) &&
+           (square_sum * inv_d >= min_mean_square || eps >= eps_dominates || square_sum == 0);
   }
-  const double var = (fold_lanes(acc) + tail) / static_cast<double>(d);
-  // eps inside the square root, as in the definition.
-  return {mean, 1.0 / std::sqrt(var + eps)};
+};
+
+// The moments of a double row outside square_range: each value v_j is scaled by 2^-e (2^e the
+// largest |v_j|) before squaring, so neither the squares nor their sum leave the double range.
+// value(j) returns v_j; returns {shift, rstd}: shift = Σv/d, rstd = 1/sqrt(var(v) + eps).
+template <class Value>
+std::array<double, 2> scaled_moments(index d, double eps, const Value& value) {
+  double largest = 0;
+  for (index j = 0; j < d; ++j) largest = std::max(largest, std::abs(value(j)));
+  if (largest == 0 || !std::isfinite(largest)) {
+    return {0.0, 1.0 / std::sqrt(largest * largest + eps)};
+  }
+  const int e = std::ilogb(largest);
+  double sum = 0, squares = 0;
+  for (index j = 0; j < d; ++j) {
+    const double v = std::ldexp(value(j), -e);
+    sum += v;
+    squares += v * v;
+  }
+  const double inv_d = 1.0 / static_cast<double>(d);
+  const double shift = sum * inv_d;
+  const double var = std::max(squares * inv_d - shift * shift, 0.0);
+  // var + eps in units of 2^(2e). If eps does not fit those units it swamps var; if var is 0
+  // (a constant row) eps alone counts, even where it underflows those units.
+  const double eps_scaled = std::ldexp(eps, -2 * e);
+  const double rstd = std::isfinite(eps_scaled) && var != 0
+                          ? std::ldexp(1.0 / std::sqrt(var + eps_scaled), -e)
+                          : 1.0 / std::sqrt(eps);
+  return {std::ldexp(shift, e), rstd};
 }
 
-// y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j over n elements.
-template <bool HasGamma, bool HasBeta, class C, class T>
-RESNORM_WIDE_VECTORS void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n,
-                                               const split_mean<C>& m, C rstd,
-                                               const param_t<T>* RESNORM_RESTRICT gamma,
-                                               const param_t<T>* RESNORM_RESTRICT beta,
-                                               T* RESNORM_RESTRICT y) {
-  for (index j = 0; j < n; ++j) {
-    C v = m.centre(load_as<C>(x[j])) * rstd;
-    if constexpr (HasGamma) v *= static_cast<C>(gamma[j]);
-    if constexpr (HasBeta) v += static_cast<C>(beta[j]);
-    y[j] = store<T>(v);
+template <class C>
+struct layer_norm_moments_t {
+  row_stats stats;       // mean (corrected) and rstd, in double
+  row_centre<C> centre;  // the same mean as hi + lo, for the row's next pass
+  bool in_range;         // false: redo the row in double (float arithmetic only)
+};
+
+template <class C, class T>
+layer_norm_moments_t<C> layer_norm_moments(const T* x, index d, double eps) {
+  using simd::load;
+  const double inv_d = 1.0 / static_cast<double>(d);
+  double mean0 = simd::row_sums<C, 1>(
+                     d, [&](index j, auto tag) { return std::array{load<C>(x + j, tag)}; })[0] *
+                 inv_d;
+  if constexpr (std::is_same_v<C, double>) {
+    // Σx overflowed although every x is finite: sum x/d instead.
+    if (std::isinf(mean0)) {
+      mean0 = simd::row_sums<C, 1>(
+          d, [&](index j, auto tag) { return std::array{load<C>(x + j, tag) * inv_d}; })[0];
+    }
   }
+  const row_centre<C> c0(mean0);
+  const auto [sum_c, sum_cc] = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
+    const auto c = c0(load<C>(x + j, tag));
+    return std::array{c, c * c};
+  });
+  const double delta = sum_c * inv_d;
+  // The corrected mean keeps hi: only lo moves, so x − hi stays exact.
+  const row_centre<C> centre(c0.hi, static_cast<C>(static_cast<double>(c0.lo) + delta));
+  const double mean = static_cast<double>(c0.hi) + (static_cast<double>(c0.lo) + delta);
+  if (std::isfinite(mean0) && square_range<C>::handles(sum_cc, inv_d, eps)) {
+    const double var = std::max(sum_cc * inv_d - delta * delta, 0.0);
+    // eps inside the square root, as in the definition.
+    return {{mean, 1.0 / std::sqrt(var + eps)}, centre, true};
+  }
+  if constexpr (std::is_same_v<C, double>) {
+    if (std::isfinite(mean0)) {
+      const auto [shift, rstd] =
+          scaled_moments(d, eps, [&](index j) { return c0(load_as<double>(x[j])); });
+      return {{mean0 + shift, rstd}, row_centre<C>(mean0 + shift), true};
+    }
+    // NaN or ±Inf in the row: IEEE arithmetic carries it to every output of the row.
+    return {{mean, 1.0 / std::sqrt(sum_cc * inv_d + eps)}, centre, true};
+  } else {
+    return {{mean, 0.0}, centre, false};
+  }
+}
+
+// mean and rstd of one row, in double.
+template <class C, class T>
+row_stats layer_norm_row_stats(const T* x, index d, double eps) {
+  const auto m = layer_norm_moments<C>(x, d, eps);
+  if constexpr (!std::is_same_v<C, double>) {
+    if (!m.in_range) return layer_norm_moments<double>(x, d, eps).stats;
+  }
+  return m.stats;
+}
+
+// y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j over n elements, as (x_j − hi)·rstd − lo·rstd.
+template <bool HasGamma, bool HasBeta, class C, class T>
+void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n, const row_centre<C>& centre, C rstd,
+                          const param_t<T>* RESNORM_RESTRICT gamma,
+                          const param_t<T>* RESNORM_RESTRICT beta, T* RESNORM_RESTRICT y) {
+  using simd::load, simd::splat;
+  const C lo_rstd = -(centre.lo * rstd);
+  simd::for_each<C>(n, [&](index j, auto tag) {
+    auto v = simd::fma(load<C>(x + j, tag) - centre.hi, splat(rstd, tag), splat(lo_rstd, tag));
+    if constexpr (HasGamma && HasBeta) {
+      v = simd::fma(v, load<C>(gamma + j, tag), load<C>(beta + j, tag));
+    } else if constexpr (HasGamma) {
+      v *= load<C>(gamma + j, tag);
+    } else if constexpr (HasBeta) {
+      v += load<C>(beta + j, tag);
+    }
+    simd::store(y + j, v);
+  });
 }
 
 template <class C, bool HasGamma, bool HasBeta, class T>
-row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
-                                 const param_t<T>* beta, double eps, bool stream, T* y) {
-  const row_stats s = layer_norm_row_stats<C>(x, d, eps);
-  const split_mean<C> m(s.mean);
-  const C r = static_cast<C>(s.rstd);
+RESNORM_WIDE_VECTORS row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
+                                                      const param_t<T>* beta, double eps,
+                                                      bool stream, T* y) {
+  const auto m = layer_norm_moments<C>(x, d, eps);
+  if constexpr (!std::is_same_v<C, double>) {
+    if (!m.in_range) {
+      return layer_norm_row_forward<double, HasGamma, HasBeta>(x, d, gamma, beta, eps, stream, y);
+    }
+  }
+  const C r = static_cast<C>(m.stats.rstd);
   if (!stream) {
-    layer_norm_row_apply<HasGamma, HasBeta, C>(x, d, m, r, gamma, beta, y);
-    return s;
+    layer_norm_row_apply<HasGamma, HasBeta>(x, d, m.centre, r, gamma, beta, y);
+    return m.stats;
   }
   // Computed a chunk at a time into L1, then written around the cache.
   alignas(64) T buffer[stream_chunk];
   for (index j = 0; j < d; j += stream_chunk) {
     const index n = std::min(stream_chunk, d - j);
-    layer_norm_row_apply<HasGamma, HasBeta, C>(x + j, n, m, r, HasGamma ? gamma + j : nullptr,
-                                               HasBeta ? beta + j : nullptr, buffer);
+    layer_norm_row_apply<HasGamma, HasBeta>(x + j, n, m.centre, r, HasGamma ? gamma + j : nullptr,
+                                            HasBeta ? beta + j : nullptr, buffer);
     stream_copy(y + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
   }
-  return s;
+  return m.stats;
+}
+
+// True when float arithmetic holds a backward row from these stats and sums without overflow
+// or a subnormal rstd.
+inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx) {
+  constexpr double limit = 0x1p100;
+  return std::abs(s.mean) <= 0x1p127 && s.rstd >= 1 / limit && s.rstd <= limit &&
+         std::abs(sum_g) <= limit && std::abs(sum_gx) <= limit;
 }
 
 // One row of the backward. With a = mean(g), b = mean(g ⊙ xhat):
 //   dx_j = rstd · (g_j − a − xhat_j · b)
-//   dγ_j += dy_j · xhat_j,  dβ_j += dy_j          (accumulated in the compute type)
+//   dγ_j += dy_j · xhat_j,  dβ_j += dy_j          (accumulated in A, the workspace's type)
 //   (+ ds_j, the gradient arriving from another use of x, when AddDs: fused add + norm)
-template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs = false, class T>
+// A float row whose sums leave float's range (or NaN/Inf) is redone in double arithmetic.
+template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs = false, class T,
+          class A>
 RESNORM_WIDE_VECTORS void layer_norm_row_vjp(const T* RESNORM_RESTRICT x,
                                              const T* RESNORM_RESTRICT dy, index d,
                                              const param_t<T>* RESNORM_RESTRICT gamma, row_stats s,
-                                             T* RESNORM_RESTRICT dx, C* RESNORM_RESTRICT dgamma,
-                                             C* RESNORM_RESTRICT dbeta,
+                                             T* RESNORM_RESTRICT dx, A* RESNORM_RESTRICT dgamma,
+                                             A* RESNORM_RESTRICT dbeta,
                                              const T* RESNORM_RESTRICT ds = nullptr) {
-  const split_mean<C> m(s.mean);
+  using simd::load, simd::splat;
+  const row_centre<C> centre(s.mean);
   const C r = static_cast<C>(s.rstd);
-  constexpr int lanes = lane_count<C>;
-  C acc_g[lanes] = {}, acc_gx[lanes] = {};
-  index j = 0;
-  for (; j + lanes <= d; j += lanes) {
-    for (int k = 0; k < lanes; ++k) {
-      const C xhat = m.centre(load_as<C>(x[j + k])) * r;
-      C g = load_as<C>(dy[j + k]);
-      if constexpr (HasGamma) g *= static_cast<C>(gamma[j + k]);
-      acc_g[k] += g;
-      acc_gx[k] += g * xhat;
+  const C lo_r = -(centre.lo * r);
+  auto xhat_of = [&](index j, auto tag) {
+    return simd::fma(load<C>(x + j, tag) - centre.hi, splat(r, tag), splat(lo_r, tag));
+  };
+  auto g_of = [&](index j, auto tag) {
+    if constexpr (HasGamma) {
+      return load<C>(dy + j, tag) * load<C>(gamma + j, tag);
+    } else {
+      return load<C>(dy + j, tag);
+    }
+  };
+  const auto [sum_g, sum_gx] = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
+    const auto g = g_of(j, tag);
+    return std::array{g, g * xhat_of(j, tag)};
+  });
+  if constexpr (!std::is_same_v<C, double>) {
+    if (!float_backward_in_range(s, sum_g, sum_gx)) {
+      layer_norm_row_vjp<double, HasGamma, WantDGamma, WantDBeta, AddDs>(x, dy, d, gamma, s, dx,
+                                                                         dgamma, dbeta, ds);
+      return;
     }
   }
-  double tail_g = 0, tail_gx = 0;
-  for (; j < d; ++j) {
-    const C xhat = m.centre(load_as<C>(x[j])) * r;
-    C g = load_as<C>(dy[j]);
-    if constexpr (HasGamma) g *= static_cast<C>(gamma[j]);
-    tail_g += static_cast<double>(g);
-    tail_gx += static_cast<double>(g * xhat);
-  }
   const double inv_d = 1.0 / static_cast<double>(d);
-  const C a = static_cast<C>((fold_lanes(acc_g) + tail_g) * inv_d);
-  const C b = static_cast<C>((fold_lanes(acc_gx) + tail_gx) * inv_d);
-  for (j = 0; j < d; ++j) {
-    const C xhat = m.centre(load_as<C>(x[j])) * r;
-    const C dyj = load_as<C>(dy[j]);
-    C g = dyj;
-    if constexpr (HasGamma) g *= static_cast<C>(gamma[j]);
-    C v = r * (g - a - xhat * b);
-    if constexpr (AddDs) v += load_as<C>(ds[j]);
-    dx[j] = store<T>(v);
-    if constexpr (WantDGamma) dgamma[j] += dyj * xhat;
-    if constexpr (WantDBeta) dbeta[j] += dyj;
-  }
+  const C a = static_cast<C>(sum_g * inv_d);
+  const C b = static_cast<C>(sum_gx * inv_d);
+  simd::for_each<C>(d, [&](index j, auto tag) {
+    const auto xhat = xhat_of(j, tag);
+    auto v = (g_of(j, tag) - a) - xhat * b;
+    v *= r;
+    if constexpr (AddDs) v += load<C>(ds + j, tag);
+    simd::store(dx + j, v);
+    if constexpr (WantDGamma || WantDBeta) {
+      const auto dyj = load<C>(dy + j, tag);
+      if constexpr (WantDGamma) {
+        simd::store(dgamma + j, simd::fma(dyj, xhat, load<C>(dgamma + j, tag)));
+      }
+      if constexpr (WantDBeta) simd::store(dbeta + j, load<C>(dbeta + j, tag) + dyj);
+    }
+  });
 }
 
 template <class T, class C>

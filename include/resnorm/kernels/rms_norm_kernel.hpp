@@ -6,7 +6,9 @@
 //
 // x, y, dx, dy: T x d of float, double or Eigen::bfloat16; arithmetic in C (compute_t<T> by
 // default: float for float and bf16, double for double; pass C = double to round each float
-// output once); gamma and dγ in param_t<T>; rstd per row in double. Σx² accumulates in double.
+// output once); gamma and dγ in param_t<T>; rstd per row in double. Σx² accumulates in C, with
+// the range checks of layer_norm_kernel.hpp (float rows out of float's range are redone in
+// double; double rows out of double's are scaled before squaring).
 // An empty gamma means absent (1); an empty dγ or rstd output means "not wanted".
 //
 // Memory modes of the backward: rms_norm_vjp_into reuses the forward's rstd (8 bytes per row
@@ -17,42 +19,94 @@
 // saved rstd, rms_norm_vjp_into<S, accumulator_t<S>>(x, dy, gamma, rstd, dx, dgamma, ws).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <type_traits>
 
 #include "resnorm/detail/check.hpp"
+#include "resnorm/kernels/layer_norm_kernel.hpp"
 #include "resnorm/kernels/parallel.hpp"
+#include "resnorm/kernels/simd.hpp"
 #include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
 namespace resnorm {
 namespace kernels {
 
-// rstd = 1/sqrt(Σx²/d + eps), Σx² in double (eps inside the square root).
-template <class T>
+struct rms_moments {
+  double rstd;
+  bool in_range;  // false: redo the row in double (float arithmetic only)
+};
+
+// rstd = 1/sqrt(Σx²/d + eps) (eps inside the square root). Σx² accumulates in C; a float row
+// whose squares leave float's range is flagged for double arithmetic, a double row outside
+// double's is scaled before squaring (see square_range in layer_norm_kernel.hpp).
+template <class C, class T>
+rms_moments rms_norm_moments(const T* x, index d, double eps) {
+  const double inv_d = 1.0 / static_cast<double>(d);
+  const double sum_xx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
+    const auto v = simd::load<C>(x + j, tag);
+    return std::array{v * v};
+  })[0];
+  if (square_range<C>::handles(sum_xx, inv_d, eps)) {
+    return {1.0 / std::sqrt(sum_xx * inv_d + eps), true};
+  }
+  if constexpr (std::is_same_v<C, double>) {
+    if (!std::isnan(sum_xx)) {
+      // Σ(x·2^-e)² with the mean of x shifted back in: Σx²/d = var + mean².
+      double largest = 0;
+      for (index j = 0; j < d; ++j) largest = std::max(largest, std::abs(load_as<double>(x[j])));
+      if (std::isfinite(largest)) {
+        const int e = std::ilogb(largest);
+        double squares = 0;
+        for (index j = 0; j < d; ++j) {
+          const double v = std::ldexp(load_as<double>(x[j]), -e);
+          squares += v * v;
+        }
+        const double eps_scaled = std::ldexp(eps, -2 * e);
+        const double rstd = std::isfinite(eps_scaled)
+                                ? std::ldexp(1.0 / std::sqrt(squares * inv_d + eps_scaled), -e)
+                                : 1.0 / std::sqrt(eps);
+        return {rstd, true};
+      }
+    }
+    // NaN or ±Inf in the row: IEEE arithmetic carries it to every output of the row.
+    return {1.0 / std::sqrt(sum_xx * inv_d + eps), true};
+  } else {
+    return {0.0, false};
+  }
+}
+
+template <class C, class T>
 double rms_norm_row_rstd(const T* x, index d, double eps) {
-  return 1.0 / std::sqrt(square_sum_in_double(x, d) / static_cast<double>(d) + eps);
+  const rms_moments m = rms_norm_moments<C>(x, d, eps);
+  return m.in_range ? m.rstd : rms_norm_moments<double>(x, d, eps).rstd;
 }
 
 // y_j = x_j · rstd · γ_j over n elements.
 template <bool HasGamma, class C, class T>
-RESNORM_WIDE_VECTORS void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
-                                             const param_t<T>* RESNORM_RESTRICT gamma,
-                                             T* RESNORM_RESTRICT y) {
-  for (index j = 0; j < n; ++j) {
-    C v = load_as<C>(x[j]) * rstd;
-    if constexpr (HasGamma) v *= static_cast<C>(gamma[j]);
-    y[j] = store<T>(v);
-  }
+void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
+                        const param_t<T>* RESNORM_RESTRICT gamma, T* RESNORM_RESTRICT y) {
+  using simd::load;
+  simd::for_each<C>(n, [&](index j, auto tag) {
+    auto v = load<C>(x + j, tag) * rstd;
+    if constexpr (HasGamma) v *= load<C>(gamma + j, tag);
+    simd::store(y + j, v);
+  });
 }
 
 template <class C, bool HasGamma, class T>
-double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma, double eps, bool stream,
-                            T* y) {
-  const double rstd = rms_norm_row_rstd(x, d, eps);
-  const C r = static_cast<C>(rstd);
+RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
+                                                 double eps, bool stream, T* y) {
+  const rms_moments m = rms_norm_moments<C>(x, d, eps);
+  if constexpr (!std::is_same_v<C, double>) {
+    if (!m.in_range) return rms_norm_row_forward<double, HasGamma>(x, d, gamma, eps, stream, y);
+  }
+  const C r = static_cast<C>(m.rstd);
   if (!stream) {
     rms_norm_row_apply<HasGamma>(x, d, r, gamma, y);
-    return rstd;
+    return m.rstd;
   }
   alignas(64) T buffer[stream_chunk];
   for (index j = 0; j < d; j += stream_chunk) {
@@ -60,46 +114,47 @@ double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma, double
     rms_norm_row_apply<HasGamma>(x + j, n, r, HasGamma ? gamma + j : nullptr, buffer);
     stream_copy(y + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
   }
-  return rstd;
+  return m.rstd;
 }
 
 // One row of the backward, b = mean(g ⊙ xhat):
-//   dx_j = rstd · (g_j − xhat_j · b),   dγ_j += dy_j · xhat_j
+//   dx_j = rstd · (g_j − xhat_j · b),   dγ_j += dy_j · xhat_j   (accumulated in A)
 //   (+ ds_j when AddDs: fused add + norm)
-template <class C, bool HasGamma, bool WantDGamma, bool AddDs = false, class T>
+// A float row whose sums leave float's range (or NaN/Inf) is redone in double arithmetic.
+template <class C, bool HasGamma, bool WantDGamma, bool AddDs = false, class T, class A>
 RESNORM_WIDE_VECTORS void rms_norm_row_vjp(const T* RESNORM_RESTRICT x,
                                            const T* RESNORM_RESTRICT dy, index d,
                                            const param_t<T>* RESNORM_RESTRICT gamma, double rstd,
-                                           T* RESNORM_RESTRICT dx, C* RESNORM_RESTRICT dgamma,
+                                           T* RESNORM_RESTRICT dx, A* RESNORM_RESTRICT dgamma,
                                            const T* RESNORM_RESTRICT ds = nullptr) {
+  using simd::load;
   const C r = static_cast<C>(rstd);
-  constexpr int lanes = lane_count<C>;
-  C acc[lanes] = {};
-  index j = 0;
-  for (; j + lanes <= d; j += lanes) {
-    for (int k = 0; k < lanes; ++k) {
-      C g = load_as<C>(dy[j + k]);
-      if constexpr (HasGamma) g *= static_cast<C>(gamma[j + k]);
-      acc[k] += g * (load_as<C>(x[j + k]) * r);
+  auto g_of = [&](index j, auto tag) {
+    if constexpr (HasGamma) {
+      return load<C>(dy + j, tag) * load<C>(gamma + j, tag);
+    } else {
+      return load<C>(dy + j, tag);
+    }
+  };
+  const double sum_gx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
+    return std::array{g_of(j, tag) * (load<C>(x + j, tag) * r)};
+  })[0];
+  if constexpr (!std::is_same_v<C, double>) {
+    if (!float_backward_in_range(row_stats{0.0, rstd}, 0.0, sum_gx)) {
+      rms_norm_row_vjp<double, HasGamma, WantDGamma, AddDs>(x, dy, d, gamma, rstd, dx, dgamma, ds);
+      return;
     }
   }
-  double tail = 0;
-  for (; j < d; ++j) {
-    C g = load_as<C>(dy[j]);
-    if constexpr (HasGamma) g *= static_cast<C>(gamma[j]);
-    tail += static_cast<double>(g * (load_as<C>(x[j]) * r));
-  }
-  const C b = static_cast<C>((fold_lanes(acc) + tail) / static_cast<double>(d));
-  for (j = 0; j < d; ++j) {
-    const C xhat = load_as<C>(x[j]) * r;
-    const C dyj = load_as<C>(dy[j]);
-    C g = dyj;
-    if constexpr (HasGamma) g *= static_cast<C>(gamma[j]);
-    C v = r * (g - xhat * b);
-    if constexpr (AddDs) v += load_as<C>(ds[j]);
-    dx[j] = store<T>(v);
-    if constexpr (WantDGamma) dgamma[j] += dyj * xhat;
-  }
+  const C b = static_cast<C>(sum_gx / static_cast<double>(d));
+  simd::for_each<C>(d, [&](index j, auto tag) {
+    const auto xhat = load<C>(x + j, tag) * r;
+    auto v = (g_of(j, tag) - xhat * b) * r;
+    if constexpr (AddDs) v += load<C>(ds + j, tag);
+    simd::store(dx + j, v);
+    if constexpr (WantDGamma) {
+      simd::store(dgamma + j, simd::fma(load<C>(dy + j, tag), xhat, load<C>(dgamma + j, tag)));
+    }
+  });
 }
 
 template <class T, class C>
@@ -108,12 +163,12 @@ void rms_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* ga
                        kernel_workspace& ws) {
   const index d = x.cols();
   dispatch2(gamma != nullptr, dgamma != nullptr, [&]<bool G, bool DG>() {
-    blocked_vjp<C>(x.rows(), d, dgamma, static_cast<param_t<T>*>(nullptr), ws,
-                   [&](index t, C* dg, C*) {
-                     const double r = rstd ? rstd[t] : rms_norm_row_rstd(x.row(t).data(), d, eps);
-                     rms_norm_row_vjp<C, G, DG>(x.row(t).data(), dy.row(t).data(), d, gamma, r,
-                                                dx.row(t).data(), dg);
-                   });
+    blocked_vjp<C>(
+        x.rows(), d, dgamma, static_cast<param_t<T>*>(nullptr), ws, [&](index t, C* dg, C*) {
+          const double r = rstd ? rstd[t] : rms_norm_row_rstd<C>(x.row(t).data(), d, eps);
+          rms_norm_row_vjp<C, G, DG>(x.row(t).data(), dy.row(t).data(), d, gamma, r,
+                                     dx.row(t).data(), dg);
+        });
   });
 }
 

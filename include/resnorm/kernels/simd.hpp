@@ -1,0 +1,223 @@
+// resnorm/kernels/simd.hpp — the small vector layer the row kernels are written in.
+//
+// pack<C> is one native SIMD register of C (float or double): 64 bytes with AVX-512, 32 with
+// AVX, 16 otherwise (SSE2, or the compiler's generic lowering elsewhere). It is a GCC/Clang
+// vector-extension type, so + − * work lane by lane and a scalar operand is broadcast; the
+// width follows the instruction set the translation unit is compiled for, which is why a
+// kernel's rounding can differ between an AVX-512 and an SSE2 build (never between threads).
+//
+// The row kernels are written once, as generic lambdas body(j, tag) that run on a whole pack
+// (tag = vector_tag, elements j … j + width − 1) in the main loop and on a single element
+// (tag = scalar_tag) in the row's tail; load<C>(p, tag) returns a pack or a scalar to match.
+// Loads widen the storage type (float, double, bf16) to C, stores narrow back with rounding to
+// nearest (bf16: ties to even, NaN kept NaN).
+//
+// row_sums keeps four independent accumulators per sum, so consecutive adds do not wait on each
+// other, and folds them in a fixed order: the result depends on the row length alone.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "resnorm/kernels/storage.hpp"
+#include "resnorm/matrix.hpp"
+
+#if defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace resnorm::kernels::simd {
+
+#if defined(__AVX512F__)
+inline constexpr int register_bytes = 64;
+#elif defined(__AVX__)
+inline constexpr int register_bytes = 32;
+#else
+inline constexpr int register_bytes = 16;
+#endif
+
+template <class E, int N>
+struct vector_of {
+  typedef E type __attribute__((vector_size(N * sizeof(E))));
+};
+
+// N lanes of E.
+template <class E, int N>
+using vec = typename vector_of<E, N>::type;
+
+// Lanes of C in one register.
+template <class C>
+inline constexpr int width = register_bytes / static_cast<int>(sizeof(C));
+
+template <class C>
+using pack = vec<C, width<C>>;
+
+struct vector_tag {};
+struct scalar_tag {};
+
+// The storage bits of T: bf16 is loaded as its 16-bit pattern.
+template <class T>
+using raw_t = std::conditional_t<std::is_same_v<T, bf16>, std::uint16_t, T>;
+
+// ---- loads and stores ------------------------------------------------------------------------
+
+// width<C> elements of T at p (any alignment), widened to C.
+template <class C, class T>
+inline pack<C> load(const T* p, vector_tag) {
+  constexpr int n = width<C>;
+  vec<raw_t<T>, n> raw;
+  std::memcpy(&raw, p, sizeof raw);
+  if constexpr (std::is_same_v<T, bf16>) {
+    // The 16 stored bits are the high half of a float.
+    const auto bits = __builtin_convertvector(raw, vec<std::uint32_t, n>) << 16;
+    return __builtin_convertvector(std::bit_cast<vec<float, n>>(bits), pack<C>);
+  } else {
+    return __builtin_convertvector(raw, pack<C>);
+  }
+}
+
+template <class C, class T>
+inline C load(const T* p, scalar_tag) {
+  return load_as<C>(*p);
+}
+
+// Rounds v to T and writes width<C> elements at p.
+template <class T, class V>
+inline void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
+  using C = std::remove_cvref_t<decltype(v[0])>;
+  constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
+  if constexpr (std::is_same_v<T, bf16>) {
+    using u32 = vec<std::uint32_t, n>;
+    const u32 u = std::bit_cast<u32>(__builtin_convertvector(v, vec<float, n>));
+    // Round to nearest, ties to even; a NaN becomes the quiet NaN of its sign (see store()).
+    const u32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const u32 quiet_nan = (u >> 16) | 0x40u;
+    const u32 nan_mask = std::bit_cast<u32>((u & 0x7fffffffu) > 0x7f800000u);
+    const u32 bits = (quiet_nan & nan_mask) | (rounded & ~nan_mask);
+    const auto narrow = __builtin_convertvector(bits, vec<std::uint16_t, n>);
+    std::memcpy(static_cast<void*>(p), &narrow, sizeof narrow);
+  } else {
+    const auto narrow = __builtin_convertvector(v, vec<T, n>);
+    std::memcpy(static_cast<void*>(p), &narrow, sizeof narrow);
+  }
+}
+
+template <class T, class C>
+inline void store(T* p, C v) requires std::is_floating_point_v<C> {
+  *p = kernels::store<T>(v);
+}
+
+// ---- arithmetic ------------------------------------------------------------------------------
+
+// a·b + c, fused where the hardware has FMA (one rounding), else multiply then add.
+inline float fma(float a, float b, float c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+inline double fma(double a, double b, double c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+template <class V>
+inline V fma(V a, V b, V c) requires(!std::is_floating_point_v<V>) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && sizeof(a[0]) == 4)
+    return std::bit_cast<V>(_mm512_fmadd_ps(a, b, c));
+  if constexpr (sizeof(V) == 64 && sizeof(a[0]) == 8)
+    return std::bit_cast<V>(_mm512_fmadd_pd(a, b, c));
+#endif
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 4)
+    return std::bit_cast<V>(_mm256_fmadd_ps(a, b, c));
+  if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 8)
+    return std::bit_cast<V>(_mm256_fmadd_pd(a, b, c));
+#endif
+  return a * b + c;
+}
+
+// A pack with every lane v (or v itself in the scalar tail).
+template <class C>
+inline pack<C> splat(C v, vector_tag) {
+  return pack<C>{} + v;
+}
+template <class C>
+inline C splat(C v, scalar_tag) {
+  return v;
+}
+
+// ---- horizontal sums -------------------------------------------------------------------------
+
+template <int Offset, class V, std::size_t... I>
+inline auto half_of(V v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (Offset + static_cast<int>(I))...);
+}
+
+// Σ of the N lanes in double, as a fixed halving tree (low half + high half, recursively).
+template <class E, int N>
+inline double sum_lanes(vec<E, N> v) {
+  if constexpr (N == 1) {
+    return static_cast<double>(v[0]);
+  } else if constexpr (std::is_same_v<E, float>) {
+    const auto lo = half_of<0>(v, std::make_index_sequence<N / 2>{});
+    const auto hi = half_of<N / 2>(v, std::make_index_sequence<N / 2>{});
+    return sum_lanes<double, N / 2>(__builtin_convertvector(lo, vec<double, N / 2>) +
+                                    __builtin_convertvector(hi, vec<double, N / 2>));
+  } else {
+    return sum_lanes<E, N / 2>(half_of<0>(v, std::make_index_sequence<N / 2>{}) +
+                               half_of<N / 2>(v, std::make_index_sequence<N / 2>{}));
+  }
+}
+
+// ---- row loops -------------------------------------------------------------------------------
+
+// body(j, vector_tag{}) for each whole pack of the row, then body(j, scalar_tag{}) for the tail.
+template <class C, class Body>
+inline void for_each(index d, const Body& body) {
+  constexpr index w = width<C>;
+  index j = 0;
+  for (; j + w <= d; j += w) body(j, vector_tag{});
+  for (; j < d; ++j) body(j, scalar_tag{});
+}
+
+// The N sums Σ_j terms(j)[n] over a row of length d, each returned in double. terms(j, tag)
+// returns std::array of N packs (or scalars in the tail). Packs accumulate in C in four
+// independent chains; the tail accumulates in double.
+template <class C, int N, class Terms>
+inline std::array<double, N> row_sums(index d, const Terms& terms) {
+  constexpr index w = width<C>;
+  std::array<pack<C>, N> a0{}, a1{}, a2{}, a3{};
+  auto add = [](std::array<pack<C>, N>& acc, const std::array<pack<C>, N>& t) {
+    for (int n = 0; n < N; ++n) acc[n] += t[n];
+  };
+  index j = 0;
+  for (; j + 4 * w <= d; j += 4 * w) {
+    add(a0, terms(j, vector_tag{}));
+    add(a1, terms(j + w, vector_tag{}));
+    add(a2, terms(j + 2 * w, vector_tag{}));
+    add(a3, terms(j + 3 * w, vector_tag{}));
+  }
+  for (; j + w <= d; j += w) add(a0, terms(j, vector_tag{}));
+  std::array<double, N> tail{};
+  for (; j < d; ++j) {
+    const std::array<C, N> t = terms(j, scalar_tag{});
+    for (int n = 0; n < N; ++n) tail[n] += static_cast<double>(t[n]);
+  }
+  std::array<double, N> out;
+  for (int n = 0; n < N; ++n) {
+    out[n] = sum_lanes<C, width<C>>((a0[n] + a1[n]) + (a2[n] + a3[n])) + tail[n];
+  }
+  return out;
+}
+
+}  // namespace resnorm::kernels::simd
