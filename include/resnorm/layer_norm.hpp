@@ -103,8 +103,8 @@ class layer_norm {
   // ---- forward -------------------------------------------------------------------------------
 
   matrix<Scalar> forward(matrix_cref<Scalar> x) const {
+    check_x("layer_norm::forward", x);
     if constexpr (uses_kernel) {
-      check_x("layer_norm::forward", x);
       matrix<Scalar> y(x.rows(), x.cols());
       layer_norm_forward_into<Scalar, accumulator_type>(x, gamma, beta, static_cast<double>(eps), y,
                                                         no_stats(), no_stats());
@@ -116,7 +116,7 @@ class layer_norm {
 
   // The forward pass plus the per-row mean and rstd, which vjp(x, dy, stats) reuses.
   layer_norm_output<Scalar> forward_with_stats(matrix_cref<Scalar> x) const {
-    check_x("layer_norm::forward", x);
+    check_x("layer_norm::forward_with_stats", x);
     layer_norm_output<Scalar> out;
     out.y.resize(x.rows(), x.cols());
     if constexpr (uses_kernel) {
@@ -133,6 +133,7 @@ class layer_norm {
   // y = LN(x) into y (same shape as x), allocating nothing.
   void forward_into(matrix_cref<Scalar> x, matrix_ref<Scalar> y) const requires uses_kernel {
     check_x("layer_norm::forward_into", x);
+    detail::check_same_shape("layer_norm::forward_into", "y", y, "x", x);
     layer_norm_forward_into<Scalar, accumulator_type>(x, gamma, beta, static_cast<double>(eps), y,
                                                       no_stats(), no_stats());
   }
@@ -142,6 +143,10 @@ class layer_norm {
   void forward_into(matrix_cref<Scalar> x, matrix_ref<Scalar> y,
                     layer_norm_stats<Scalar>& stats) const requires uses_kernel {
     check_x("layer_norm::forward_into", x);
+    detail::check_same_shape("layer_norm::forward_into", "y", y, "x", x);
+    // The kernel reads empty statistics as "not wanted"; here they were asked for, so empty
+    // ones are a mistake to report, not to skip silently.
+    check_stats("layer_norm::forward_into", stats, x);
     layer_norm_forward_into<Scalar, accumulator_type>(x, gamma, beta, static_cast<double>(eps), y,
                                                       stats.mean, stats.rstd);
   }
@@ -197,8 +202,7 @@ class layer_norm {
                               const layer_norm_stats<Scalar>& stats) const {
     check_x("layer_norm::vjp", x);
     detail::check_same_shape("layer_norm::vjp", "dy", dy, "x", x);
-    detail::check_length("layer_norm::vjp", "stats.mean", stats.mean.size(), "x", x.rows(), "rows");
-    detail::check_length("layer_norm::vjp", "stats.rstd", stats.rstd.size(), "x", x.rows(), "rows");
+    check_stats("layer_norm::vjp", stats, x);
     if constexpr (uses_kernel) {
       layer_norm_grad<Scalar> grad = empty_grad(x);
       kernels::kernel_workspace ws;
@@ -240,6 +244,9 @@ class layer_norm {
                 vector_ref<Scalar> dgamma, vector_ref<Scalar> dbeta,
                 kernels::kernel_workspace& ws) const requires uses_kernel {
     check_x("layer_norm::vjp_into", x);
+    detail::check_same_shape("layer_norm::vjp_into", "dy", dy, "x", x);
+    check_stats("layer_norm::vjp_into", stats, x);
+    detail::check_same_shape("layer_norm::vjp_into", "dx", dx, "x", x);
     check_grad_shapes("layer_norm::vjp_into", dgamma, dbeta);
     layer_norm_vjp_into<Scalar, accumulator_type>(x, dy, gamma, stats.mean, stats.rstd, dx, dgamma,
                                                   dbeta, ws);
@@ -250,6 +257,8 @@ class layer_norm {
                 vector_ref<Scalar> dgamma, vector_ref<Scalar> dbeta,
                 kernels::kernel_workspace& ws) const requires uses_kernel {
     check_x("layer_norm::vjp_into", x);
+    detail::check_same_shape("layer_norm::vjp_into", "dy", dy, "x", x);
+    detail::check_same_shape("layer_norm::vjp_into", "dx", dx, "x", x);
     check_grad_shapes("layer_norm::vjp_into", dgamma, dbeta);
     layer_norm_vjp_recompute_into<Scalar, accumulator_type>(x, dy, gamma, static_cast<double>(eps),
                                                             dx, dgamma, dbeta, ws);
@@ -308,6 +317,13 @@ class layer_norm {
   layer_norm_grad<Scalar> empty_grad(const matrix_cref<Scalar>& x) const {
     return {matrix<Scalar>(x.rows(), x.cols()), vector<Scalar>(has_gamma() ? x.cols() : 0),
             vector<Scalar>(has_beta() ? x.cols() : 0)};
+  }
+
+  // One mean and one rstd per row of x.
+  static void check_stats(const char* function, const layer_norm_stats<Scalar>& stats,
+                          const matrix_cref<Scalar>& x) {
+    detail::check_length(function, "stats.mean", stats.mean.size(), "x", x.rows(), "rows");
+    detail::check_length(function, "stats.rstd", stats.rstd.size(), "x", x.rows(), "rows");
   }
 
   void check_grad_shapes(const char* function, const vector_ref<Scalar>& dgamma,
