@@ -65,10 +65,13 @@ class rms_norm {
 
   // ---- forward -------------------------------------------------------------------------------
 
-  matrix<Scalar> forward(matrix_cref<Scalar> x) const { return forward_with_stats(x).y; }
+  matrix<Scalar> forward(matrix_cref<Scalar> x) const {
+    check_x("rms_norm::forward", x);
+    return forward_with_stats(x).y;
+  }
 
   rms_norm_output<Scalar> forward_with_stats(matrix_cref<Scalar> x) const {
-    check_x("rms_norm::forward", x);
+    check_x("rms_norm::forward_with_stats", x);
     rms_norm_output<Scalar> out{matrix<Scalar>(x.rows(), x.cols()), rstd_of(x)};
     for (index t = 0; t < x.rows(); ++t) {
       const auto xhat = x.row(t).template cast<accumulator_type>().array() * out.rstd[t];
@@ -83,6 +86,8 @@ class rms_norm {
 
   // Per-row 1/sqrt(mean(x²) + eps).
   vector<accumulator_type> rstd_of(matrix_cref<Scalar> x) const {
+    // eps is a public member, so it is checked on every call, not only at construction.
+    check_x("rms_norm::rstd_of", x);
     const accumulator_type d = static_cast<accumulator_type>(x.cols());
     vector<accumulator_type> rstd(x.rows());
     for (index t = 0; t < x.rows(); ++t) {
