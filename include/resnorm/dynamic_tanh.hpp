@@ -53,7 +53,11 @@ class dynamic_tanh {
   }
 
   dynamic_tanh(Scalar initial_alpha, vector<Scalar> scale, vector<Scalar> shift)
-      : alpha(initial_alpha), gamma(std::move(scale)), beta(std::move(shift)) {}
+      : alpha(initial_alpha), gamma(std::move(scale)), beta(std::move(shift)) {
+    if (has_gamma() && has_beta()) {
+      detail::check_length("dynamic_tanh", "beta", beta.size(), "gamma", gamma.size(), "elements");
+    }
+  }
 
   bool has_gamma() const { return gamma.size() != 0; }
   bool has_beta() const { return beta.size() != 0; }
@@ -120,6 +124,8 @@ class dynamic_tanh {
 
   // ∂y/∂x elementwise: the Jacobian's diagonal as a T x d matrix.
   matrix<Scalar> derivative(matrix_cref<Scalar> x) const {
+    // The loop reads gamma[j] for every column j of x.
+    check_x("dynamic_tanh::derivative", x);
     matrix<Scalar> out(x.rows(), x.cols());
     for (index t = 0; t < x.rows(); ++t) {
       for (index j = 0; j < x.cols(); ++j) {
