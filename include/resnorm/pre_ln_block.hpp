@@ -50,7 +50,8 @@ class pre_ln_block {
   grad_type vjp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> dy) const {
     detail::check_same_shape("pre_ln_block::vjp", "dy", dy, "x", x);
     const matrix<scalar_type> u = norm.forward(x);
-    auto sublayer_grad = sublayer.vjp(u, dy);
+    auto sublayer_grad = detail::vjp_keeping_shape("pre_ln_block::vjp", sublayer, u,
+                                                   [&] { return sublayer.vjp(u, dy); });
     auto norm_grad = norm.vjp(x, sublayer_grad.dx);
     matrix<scalar_type> dx = dy + norm_grad.dx;
     return {std::move(dx), std::move(norm_grad), std::move(sublayer_grad)};

@@ -44,7 +44,9 @@ class residual {
   grad_type vjp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> dy) const {
     detail::check_same_shape("residual::vjp", "dy", dy, "x", x);
     const matrix<scalar_type> h_dy = step * dy;
-    grad_type grad{matrix<scalar_type>(), sublayer.vjp(x, h_dy)};
+    grad_type grad{matrix<scalar_type>(),
+                   detail::vjp_keeping_shape("residual::vjp", sublayer, x,
+                                             [&] { return sublayer.vjp(x, h_dy); })};
     grad.dx = dy + grad.sublayer.dx;
     return grad;
   }

@@ -61,6 +61,32 @@ auto forward_keeping_shape(const char* function, const F& f, const X& x) {
   return y;
 }
 
+// vjp() of a sublayer on a residual highway, which hands the sublayer a dy of x's shape: right
+// only if F keeps that shape. Finding out up front would cost a forward pass of F on every call,
+// so F runs forward only once its vjp has thrown: if F changes the shape, that is the error to
+// report, under the caller's name; otherwise (or if F rejects x itself) the vjp's own error
+// stands.
+template <class F, class X, class Vjp>
+auto vjp_keeping_shape(const char* function, const F& f, const X& x, const Vjp& vjp) {
+  try {
+    return vjp();
+  } catch (const std::invalid_argument&) {
+    Eigen::Index rows = x.rows(), cols = x.cols();
+    try {
+      const auto y = f.forward(x);
+      rows = y.rows();
+      cols = y.cols();
+    } catch (const std::invalid_argument&) {
+      // F rejects x itself, as its vjp just did: the vjp's error is rethrown below.
+    }
+    if (rows != x.rows() || cols != x.cols()) {
+      fail(function, "sublayer output is " + shape_string(rows, cols) + ", x is " +
+                         shape_string(x.rows(), x.cols()));
+    }
+    throw;
+  }
+}
+
 // A block whose highway adds the identity needs the sublayer to keep x's shape, so its
 // Jacobian must be (T·d) x (T·d).
 template <class J, class X>
