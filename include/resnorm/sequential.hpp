@@ -7,9 +7,12 @@
 // recomputes u = First(x) once. Nest to compose more: sequential<A, sequential<B, C>>.
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
+#include "resnorm/detail/check.hpp"
 #include "resnorm/differentiable_map.hpp"
 #include "resnorm/matrix.hpp"
 
@@ -40,27 +43,49 @@ class sequential {
   sequential(First f, Second g) : first(std::move(f)), second(std::move(g)) {}
 
   matrix<scalar_type> forward(matrix_cref<scalar_type> x) const {
-    return second.forward(first.forward(x));
+    constexpr const char* fn = "sequential::forward";
+    const matrix<scalar_type> u = stage(fn, "first", [&] { return first.forward(x); });
+    return stage(fn, "second", [&] { return second.forward(u); });
   }
 
   // dx = J_Firstᵀ (J_Secondᵀ dy)
   grad_type vjp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> dy) const {
-    const matrix<scalar_type> u = first.forward(x);
-    auto second_grad = second.vjp(u, dy);
-    auto first_grad = first.vjp(x, second_grad.dx);
+    constexpr const char* fn = "sequential::vjp";
+    const matrix<scalar_type> u = stage(fn, "first", [&] { return first.forward(x); });
+    auto second_grad = stage(fn, "second", [&] { return second.vjp(u, dy); });
+    auto first_grad = stage(fn, "first", [&] { return first.vjp(x, second_grad.dx); });
     matrix<scalar_type> dx = first_grad.dx;
     return {std::move(dx), std::move(first_grad), std::move(second_grad)};
   }
 
   // J v = J_Second (J_First v)
   matrix<scalar_type> jvp(matrix_cref<scalar_type> x, matrix_cref<scalar_type> v) const {
-    const matrix<scalar_type> u = first.forward(x);
-    return second.jvp(u, first.jvp(x, v));
+    constexpr const char* fn = "sequential::jvp";
+    const matrix<scalar_type> u = stage(fn, "first", [&] { return first.forward(x); });
+    const matrix<scalar_type> first_v = stage(fn, "first", [&] { return first.jvp(x, v); });
+    return stage(fn, "second", [&] { return second.jvp(u, first_v); });
   }
 
   matrix<scalar_type> jacobian(matrix_cref<scalar_type> x) const {
-    const matrix<scalar_type> u = first.forward(x);
-    return second.jacobian(u) * first.jacobian(x);
+    constexpr const char* fn = "sequential::jacobian";
+    const matrix<scalar_type> u = stage(fn, "first", [&] { return first.forward(x); });
+    const matrix<scalar_type> second_jacobian =
+        stage(fn, "second", [&] { return second.jacobian(u); });
+    return second_jacobian * stage(fn, "first", [&] { return first.jacobian(x); });
+  }
+
+ private:
+  // call() on one stage. The stages check their own arguments; their errors are passed on with
+  // the composition's member and the stage in front ("sequential::forward: second: linear::
+  // forward: x has 3 columns, weight is 4x2"), since a mismatch between the stages is a mistake
+  // in the composition, not in the stage. Costs nothing unless a stage throws.
+  template <class Call>
+  static auto stage(const char* function, const char* name, const Call& call) {
+    try {
+      return call();
+    } catch (const std::invalid_argument& e) {
+      detail::fail(function, std::string(name) + ": " + e.what());
+    }
   }
 };
 
