@@ -97,9 +97,21 @@ matrix<double> finite_difference_jacobian(const F& f, matrix_cref<typename F::sc
 }
 
 // Compares two Jacobians of the same map; shapes give the token/feature decomposition.
+// tokens = 0 skips it (the worst entry's token and feature stay −1).
 inline jacobian_check compare_jacobians(const matrix<double>& analytic,
                                         const matrix<double>& numeric, index tokens) {
   detail::check_same_shape("compare_jacobians", "analytic", analytic, "numeric", numeric);
+  // A (T·d_out) x (T·d_in) Jacobian: any other token count would place the worst entry at a
+  // wrong (token, feature) without a word.
+  if (tokens < 0) {
+    detail::fail("compare_jacobians", "tokens must be >= 0, got " + std::to_string(tokens));
+  }
+  if (tokens > 0 && (analytic.rows() % tokens != 0 || analytic.cols() % tokens != 0)) {
+    detail::fail("compare_jacobians", "analytic is " +
+                                          detail::shape_string(analytic.rows(), analytic.cols()) +
+                                          ", tokens = " + std::to_string(tokens) +
+                                          " (rows and columns must be multiples of tokens)");
+  }
   jacobian_check c;
   c.scale = numeric.size() ? numeric.cwiseAbs().maxCoeff() : 0.0;
   for (index r = 0; r < analytic.rows(); ++r) {
