@@ -1,11 +1,12 @@
 // Tests of kernels/gelu_kernel.hpp: the float kernels' stated accuracy, |error| ≤ 1e-6·max(1, |x|)
-// against a double reference, over a dense sweep of the floats in [−10, 10]; e^x; the vjp as
-// dy ⊙ GELU'; edge shapes and argument checks.
+// against a double reference, over a dense sweep of the floats in [−10, 10]; e^x; NaN, ±inf and
+// ±1e30; the vjp as dy ⊙ GELU'; edge shapes and argument checks.
 #include "resnorm/kernels/gelu_kernel.hpp"
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "support/catch.hpp"
@@ -124,6 +125,60 @@ TEST_CASE("gelu kernel: float forward and slope meet the stated error on [-10, 1
   }
 }
 
+TEST_CASE("gelu kernel: float e^x keeps NaN and clamps infinities", "[gelu][kernel][nonfinite]") {
+  using resnorm::kernels::exp_float;
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(std::isnan(exp_float(std::numeric_limits<float>::quiet_NaN())));
+  // The argument is clamped to [−87.3, 88.3] (2^k stays a normal float), so these are the ends.
+  CHECK(exp_float(inf) == exp_float(88.3f));
+  CHECK(exp_float(1e30f) == exp_float(88.3f));
+  CHECK(exp_float(-inf) == exp_float(-87.3f));
+  CHECK(exp_float(-1e30f) == exp_float(-87.3f));
+}
+
+// IEEE limits, from the maths: Φ(+∞) = 1, Φ(−∞) = 0 and x·φ(x) → 0, so GELU(+∞) = +∞,
+// GELU(−∞) = 0 and GELU'(±∞) = 1, 0 (the tanh form alike, σ(2u) → 1, 0); at ±1e30 the same to
+// every digit of a float (GELU(1e30) = 1e30·Φ(1e30) rounds to 1e30; GELU(−1e30) and GELU'(−1e30)
+// are below any subnormal, so ±0); NaN stays NaN. Each value repeats across a row of 80 entries,
+// so both the vectorised body and any scalar remainder of the row loop see it.
+TEMPLATE_TEST_CASE("gelu kernel: NaN, ±inf and ±1e30 give the IEEE limits",
+                   "[gelu][kernel][nonfinite]", float, double) {
+  using S = TestType;
+  constexpr S inf = std::numeric_limits<S>::infinity();
+  constexpr S nan = std::numeric_limits<S>::quiet_NaN();
+  struct limit {
+    S x, value, slope;  // slope NaN: expect NaN
+  };
+  const limit limits[] = {
+      {nan, nan, nan}, {inf, inf, 1}, {-inf, 0, 0}, {S(1e30), S(1e30), 1}, {S(-1e30), 0, 0}};
+  constexpr Eigen::Index n = 80;
+  matrix<S> x(1, n);
+  for (Eigen::Index k = 0; k < n; ++k) x(0, k) = limits[k % 5].x;
+  // dy = 2: exact in every format, and dx = 2·GELU' then has an exact expected value too.
+  const matrix<S> dy = matrix<S>::Constant(1, n, S(2));
+  for (const gelu_approximation form : {gelu_approximation::erf, gelu_approximation::tanh}) {
+    matrix<S> y(1, n), slope(1, n), dx(1, n);
+    resnorm::gelu_forward_into<S>(x, form, y);
+    resnorm::gelu_derivative_into<S>(x, form, slope);
+    resnorm::gelu_vjp_into<S>(x, dy, form, dx);
+    for (Eigen::Index k = 0; k < n; ++k) {
+      const limit& l = limits[k % 5];
+      CAPTURE(form == gelu_approximation::erf ? "erf" : "tanh", k, l.x, y(0, k), slope(0, k),
+              dx(0, k));
+      if (std::isnan(l.x)) {
+        CHECK(std::isnan(y(0, k)));
+        CHECK(std::isnan(slope(0, k)));
+        CHECK(std::isnan(dx(0, k)));
+      } else {
+        // == also accepts −0 where 0 is expected.
+        CHECK(y(0, k) == l.value);
+        CHECK(slope(0, k) == l.slope);
+        CHECK(dx(0, k) == S(2) * l.slope);
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("gelu kernel vjp: dx = dy ⊙ GELU'(x), edge shapes", "[gelu][kernel][vjp]", float,
                    double) {
   using S = TestType;
@@ -146,9 +201,9 @@ TEMPLATE_TEST_CASE("gelu kernel vjp: dx = dy ⊙ GELU'(x), edge shapes", "[gelu]
 TEST_CASE("gelu kernel: arguments are checked", "[gelu][kernel][errors]") {
   const matrix<float> x = matrix<float>::Zero(2, 3);
   matrix<float> y(3, 2);
-  REQUIRE_THROWS_MATCHES(
-      resnorm::gelu_forward_into<float>(x, gelu_approximation::erf, y), std::invalid_argument,
-      resnorm_test::message_contains("gelu_forward_into: output is 3x2, x is 2x3"));
+  REQUIRE_THROWS_MATCHES(resnorm::gelu_forward_into<float>(x, gelu_approximation::erf, y),
+                         std::invalid_argument,
+                         resnorm_test::message_contains("gelu_forward_into: y is 3x2, x is 2x3"));
   matrix<float> dy(2, 2), dx(2, 3);
   REQUIRE_THROWS_MATCHES(resnorm::gelu_vjp_into<float>(x, dy, gelu_approximation::erf, dx),
                          std::invalid_argument,

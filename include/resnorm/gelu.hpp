@@ -127,7 +127,7 @@ class gelu {
 
   // y = GELU(x) into y (shape of x), allocating nothing.
   void forward_into(matrix_cref<Scalar> x, matrix_ref<Scalar> y) const requires uses_kernel {
-    map_into("gelu::forward_into", x, nullptr, y,
+    map_into("gelu::forward_into", x, nullptr, "y", y,
              [a = approximation](accumulator_t<Scalar> v) { return gelu_value(v, a); });
   }
 
@@ -135,7 +135,7 @@ class gelu {
   matrix<Scalar> derivative(matrix_cref<Scalar> x) const {
     if constexpr (uses_kernel) {
       matrix<Scalar> slope(x.rows(), x.cols());
-      map_into("gelu::derivative", x, nullptr, slope,
+      map_into("gelu::derivative", x, nullptr, "slope", slope,
                [a = approximation](accumulator_t<Scalar> v) { return gelu_derivative(v, a); });
       return slope;
     } else {
@@ -159,7 +159,7 @@ class gelu {
   void vjp_into(matrix_cref<Scalar> x, matrix_cref<Scalar> dy,
                 matrix_ref<Scalar> dx) const requires uses_kernel {
     detail::check_same_shape("gelu::vjp_into", "dy", dy, "x", x);
-    map_into("gelu::vjp_into", x, &dy, dx,
+    map_into("gelu::vjp_into", x, &dy, "dx", dx,
              [a = approximation](accumulator_t<Scalar> v) { return gelu_derivative(v, a); });
   }
 
@@ -168,7 +168,7 @@ class gelu {
     detail::check_same_shape("gelu::jvp", "v", v, "x", x);
     if constexpr (uses_kernel) {
       matrix<Scalar> out(x.rows(), x.cols());
-      map_into("gelu::jvp", x, &v, out,
+      map_into("gelu::jvp", x, &v, "out", out,
                [a = approximation](accumulator_t<Scalar> s) { return gelu_derivative(s, a); });
       return out;
     } else {
@@ -189,10 +189,10 @@ class gelu {
   // the scalar forms above (so the class keeps their exact values: one rounding per output).
   template <class F>
   static void map_into(const char* fn, const matrix_cref<Scalar>& x, const matrix_cref<Scalar>* dy,
-                       matrix_ref<Scalar> out, F f) {
+                       const char* out_name, matrix_ref<Scalar> out, F f) {
     const Scalar* dy_base = dy && dy->size() ? dy->data() : nullptr;
     const index stride = dy ? dy->outerStride() : 0;
-    kernels::gelu_rows<accumulator_t<Scalar>>(fn, x, dy_base, stride, f, out);
+    kernels::gelu_rows<accumulator_t<Scalar>>(fn, x, dy_base, stride, f, out_name, out);
   }
 };
 

@@ -15,6 +15,8 @@
 // erf derivative. That is an absolute bound: for x ≪ 0, where GELU(x) is tiny, the erf form's
 // relative error is large (use C = double, as the gelu class does, for relative accuracy).
 // With C = double the kernels call std::erfc / std::exp per element and round once.
+// Non-finite x, either C: NaN gives NaN; GELU(+inf) = +inf, GELU(−inf) = −0,
+// GELU'(+inf) = 1, GELU'(−inf) = 0 — the limits, never inf · 0 = NaN.
 #pragma once
 
 #include <algorithm>
@@ -34,13 +36,15 @@ enum class gelu_approximation { erf, tanh };
 
 namespace kernels {
 
-// e^x in float, clamped to [−87.3, 88.3] so that 2^k stays a normal float.
+// e^x in float, clamped to [−87.3, 88.3] so that 2^k stays a normal float. NaN in, NaN out.
 inline float exp_float(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
-  // k = round(x / ln 2): adding and subtracting 1.5·2^23 rounds to an integer (no -ffast-math,
-  // so the compiler keeps both operations).
-  const float k = (x * 1.44269504f + 12582912.f) - 12582912.f;
-  // r = x − k ln 2, with ln 2 = hi + lo so that k·hi is exact for |k| ≤ 128.
+  // Comparisons rather than std::min/std::max, whose precondition a NaN breaks: every comparison
+  // with NaN is false, so a NaN x passes through unchanged and reaches the result through r and p.
+  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+  // k = round(x / ln 2): adding 1.5·2^23 rounds to an integer, and subtracting it again leaves k
+  // (no -ffast-math, so the compiler keeps both operations).
+  const float shifted = x * 1.44269504f + 12582912.f;
+  const float k = shifted - 12582912.f;
   const float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
   float p = 1.f / 5040.f;
   p = p * r + 1.f / 720.f;
@@ -50,7 +54,13 @@ inline float exp_float(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  const auto biased = static_cast<std::uint32_t>(static_cast<std::int32_t>(k) + 127) << 23;
+  // 2^k built from shifted's bits, not by converting k to int: converting a NaN (or any float
+  // out of int's range) is undefined behaviour. Between 2^23 and 2^24 a float's ulp is 1, so
+  // bits(1.5·2^23 + k) = bits(1.5·2^23) + k; the unsigned arithmetic wraps, defined for every
+  // input. For a NaN x the exponent bits are meaningless, but p is NaN and so is the product.
+  const std::uint32_t k_bits =
+      std::bit_cast<std::uint32_t>(shifted) - std::bit_cast<std::uint32_t>(12582912.f);
+  const std::uint32_t biased = (k_bits + 127u) << 23;
   return p * std::bit_cast<float>(biased);
 }
 
@@ -72,6 +82,11 @@ inline phi_parts normal_cdf_float(float x) {
   return {x >= 0.f ? 1.f - half_erfc : half_erfc, gauss};
 }
 
+// Beyond |x| = 13.2, e^(−x²/2) < e^(−87.3): exp_float holds it at that floor instead of letting
+// it fall, so the float kernels drop the terms in φ there. They are below 1e-37 (|x|·φ(x) at
+// |x| = 13.2), and from the held floor they would grow with |x|, to ±inf · φ at x = ±inf.
+inline constexpr float gauss_floor_x = 13.2f;
+
 inline constexpr double inv_sqrt_2pi = std::numbers::inv_sqrtpi / std::numbers::sqrt2;
 inline constexpr double tanh_k0 = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // √(2/π)
 inline constexpr double tanh_k1 = 0.044715;
@@ -79,10 +94,16 @@ inline constexpr double tanh_k1 = 0.044715;
 template <class C>
 C gelu_erf_value(C x) {
   if constexpr (std::is_same_v<C, float>) {
-    return x * normal_cdf_float(x).cdf;
+    // Below −13.2, |GELU(x)| < 6e-39 (under FLT_MIN) and Φ(x) is at most a subnormal, so the
+    // factor x is held at −13.2: the product stays below 1e-37, and x = −inf gives −13.2 · 0 = −0
+    // rather than −inf · 0 = NaN. A NaN x fails the comparison and stays NaN.
+    const float held = x < -gauss_floor_x ? -gauss_floor_x : x;
+    return held * normal_cdf_float(x).cdf;
   } else {
-    // erfc(−x/√2) keeps relative accuracy for x < 0, where 1 + erf cancels.
-    return C(0.5) * x * std::erfc(-x * std::numbers::sqrt2_v<C> / C(2));
+    // erfc(−x/√2) keeps relative accuracy for x < 0, where 1 + erf cancels. Where it underflows
+    // to 0, GELU(x) is −0 for every x ≤ −38.5, −inf included (where x · 0 would be NaN).
+    const C two_cdf = std::erfc(-x * std::numbers::sqrt2_v<C> / C(2));
+    return two_cdf == C(0) ? C(-0.0) : C(0.5) * x * two_cdf;
   }
 }
 
@@ -90,10 +111,16 @@ template <class C>
 C gelu_erf_slope(C x) {
   if constexpr (std::is_same_v<C, float>) {
     const phi_parts p = normal_cdf_float(x);
-    return p.cdf + x * (static_cast<float>(inv_sqrt_2pi) * p.gauss);
+    // Φ(x) alone beyond |x| = 13.2 (see gauss_floor_x); a NaN x fails the comparison and
+    // reaches the result through Φ.
+    const float tail =
+        std::abs(x) < gauss_floor_x ? x * (static_cast<float>(inv_sqrt_2pi) * p.gauss) : 0.f;
+    return p.cdf + tail;
   } else {
     const C cdf = C(0.5) * std::erfc(-x * std::numbers::sqrt2_v<C> / C(2));
-    return cdf + x * (std::exp(C(-0.5) * x * x) * static_cast<C>(inv_sqrt_2pi));
+    const C gauss = std::exp(C(-0.5) * x * x);
+    // Once e^(−x²/2) underflows to 0 the term x·φ(x) is 0, also at x = ±inf (not ±inf · 0).
+    return gauss == C(0) ? cdf : cdf + x * (gauss * static_cast<C>(inv_sqrt_2pi));
   }
 }
 
@@ -110,7 +137,15 @@ C gelu_tanh_sigma(C x) {
 
 template <class C>
 C gelu_tanh_value(C x) {
-  return x * gelu_tanh_sigma(x);
+  const C s = gelu_tanh_sigma(x);
+  if constexpr (std::is_same_v<C, float>) {
+    // exp_float's clamp holds σ(2u) near 4.6e-39 below x ≈ −10.1, so x · σ would grow with |x|,
+    // to −inf at x = −inf. Below −10, |GELU(x)| < 1.2e-37: −0. A NaN x stays NaN.
+    return x < -10.f ? -0.f : x * s;
+  } else {
+    // σ(2u) underflows to 0 for x ≪ 0: GELU(x) is then −0, also at x = −inf (not −inf · 0).
+    return s == C(0) ? C(-0.0) : x * s;
+  }
 }
 
 template <class C>
@@ -142,10 +177,11 @@ RESNORM_WIDE_VECTORS void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM
 }
 
 // out = f(x) or dy ⊙ f(x) row by row (dy_base: row t at dy_base + t·dy_stride, or nullptr).
+// out_name: the caller's name for out (y, slope, dx), for the error message.
 template <class C, class T, class F>
 void gelu_rows(const char* fn, matrix_cref<T> x, const T* dy_base, index dy_stride, F f,
-               matrix_ref<T> out) {
-  detail::check_same_shape(fn, "output", out, "x", x);
+               const char* out_name, matrix_ref<T> out) {
+  detail::check_same_shape(fn, out_name, out, "x", x);
   const index d = x.cols();
   const bool stream = use_streaming_stores(static_cast<std::size_t>(out.size()) * sizeof(T));
   parallel_rows(x.rows(), d, [&](index begin, index end) {
@@ -176,11 +212,11 @@ void gelu_forward_into(matrix_cref<T> x, gelu_approximation form, matrix_ref<T> 
   if (form == gelu_approximation::erf) {
     kernels::gelu_rows<C>(
         "gelu_forward_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_erf_value(v); }, y);
+        [](C v) { return kernels::gelu_erf_value(v); }, "y", y);
   } else {
     kernels::gelu_rows<C>(
         "gelu_forward_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_tanh_value(v); }, y);
+        [](C v) { return kernels::gelu_tanh_value(v); }, "y", y);
   }
 }
 
@@ -190,11 +226,11 @@ void gelu_derivative_into(matrix_cref<T> x, gelu_approximation form, matrix_ref<
   if (form == gelu_approximation::erf) {
     kernels::gelu_rows<C>(
         "gelu_derivative_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_erf_slope(v); }, slope);
+        [](C v) { return kernels::gelu_erf_slope(v); }, "slope", slope);
   } else {
     kernels::gelu_rows<C>(
         "gelu_derivative_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_tanh_slope(v); }, slope);
+        [](C v) { return kernels::gelu_tanh_slope(v); }, "slope", slope);
   }
 }
 
@@ -205,10 +241,12 @@ void gelu_vjp_into(matrix_cref<T> x, matrix_cref<T> dy, gelu_approximation form,
   const index stride = dy.outerStride();
   if (form == gelu_approximation::erf) {
     kernels::gelu_rows<C>(
-        "gelu_vjp_into", x, dy.data(), stride, [](C v) { return kernels::gelu_erf_slope(v); }, dx);
+        "gelu_vjp_into", x, dy.data(), stride, [](C v) { return kernels::gelu_erf_slope(v); }, "dx",
+        dx);
   } else {
     kernels::gelu_rows<C>(
-        "gelu_vjp_into", x, dy.data(), stride, [](C v) { return kernels::gelu_tanh_slope(v); }, dx);
+        "gelu_vjp_into", x, dy.data(), stride, [](C v) { return kernels::gelu_tanh_slope(v); },
+        "dx", dx);
   }
 }
 
