@@ -6,10 +6,6 @@
 // "function: " prefix, then once per fragment; a fragment quotes an argument with its size
 // ("dy is 3x4", "x is 2x4"). Sizes are pairwise distinct (2 rows, 4 features, a wrong length of 3,
 // 5 or 7), so a message that quotes the wrong size cannot pass by coincidence.
-//
-// TEST_CASEs tagged [!mayfail] state the message an entry point should give and does not yet
-// (entry point lacks the check); the comment above each names the check to add. They run and
-// report, but do not fail the suite until the check lands; then the tag should go.
 
 // Eigen's own assertions (a mismatched sum inside an entry point that does not check its
 // arguments) throw here instead of aborting, so such a misuse fails its own test case rather than
@@ -182,17 +178,11 @@ TEMPLATE_TEST_CASE("layer_norm: vjp_into rejects gradients of the wrong length",
                 {"dbeta has 5 elements", "beta has 4 elements"});
 }
 
-// Entry point lacks the check: the members forward_into / vjp_into hand y, dx, dy and the stats
-// to the free kernels unchecked, so the message names layer_norm_forward_into,
-// layer_norm_vjp_into or layer_norm_vjp_recompute_into rather than the member called, and
-// forward_into(x, y, stats) with empty stats silently skips writing them.
-// Fix (include/resnorm/layer_norm.hpp): in forward_into, check_same_shape(fn, "y", y, "x", x)
-// and, in the stats overload, check_length(fn, "stats.mean"/"stats.rstd", ..., "x", x.rows(),
-// "rows"); in both vjp_into, check_same_shape(fn, "dy", dy, "x", x) and (fn, "dx", dx, "x", x),
-// plus the stats lengths in the saved-stats overload; forward_with_stats passes
-// "layer_norm::forward_with_stats" to check_x.
+// The members check y, dx, dy and the stats themselves, so the message names the member called
+// rather than the free kernel it hands them to; forward_into(x, y, stats) with empty stats is an
+// error, not a request to skip them.
 TEMPLATE_TEST_CASE("layer_norm: _into members name themselves and check y, dx, dy and stats",
-                   "[errors][layer_norm][into][!mayfail]", float, double) {
+                   "[errors][layer_norm][into]", float, double) {
   using S = TestType;
   const resnorm::layer_norm<S> ln(dim);
   const matrix<S> x = ones<S>(rows, dim), dy = ones<S>(rows, dim);
@@ -250,12 +240,10 @@ TEMPLATE_TEST_CASE("rms_norm: wrong gamma, dy, v, rstd, eps and dim are rejected
                 {"eps must be >= 0", "nan"});
 }
 
-// Entry point lacks the check: forward_with_stats reports itself as rms_norm::forward, and
-// rstd_of(x) checks nothing (a negative or NaN eps set through the public member gives NaN rows).
-// Fix (include/resnorm/rms_norm.hpp): forward_with_stats calls
-// check_x("rms_norm::forward_with_stats", x); rstd_of starts with check_x("rms_norm::rstd_of", x).
+// forward_with_stats names itself, and rstd_of checks eps (a public member, so a negative or NaN
+// eps can arrive after construction).
 TEMPLATE_TEST_CASE("rms_norm: forward_with_stats and rstd_of name themselves and check eps",
-                   "[errors][rms_norm][!mayfail]", float, double) {
+                   "[errors][rms_norm]", float, double) {
   using S = TestType;
   const matrix<S> x = ones<S>(rows, dim);
   const resnorm::rms_norm<S> short_gamma(ones<S>(3), S(1e-6));
@@ -291,14 +279,11 @@ TEMPLATE_TEST_CASE("dynamic_tanh: wrong gamma, beta, dy, v and dim are rejected"
                 {"dim must be >= 0", "got -1"});
 }
 
-// Entry point lacks the check: the (alpha, gamma, beta) constructor accepts gamma and beta of
-// different lengths, and derivative(x) reads gamma[j] for every column of x without checking its
-// length (a gamma shorter than x's rows reads past its end; the test uses a longer one).
-// Fix (include/resnorm/dynamic_tanh.hpp): in dynamic_tanh(alpha, scale, shift), when both are
-// non-empty, check_length("dynamic_tanh", "beta", beta.size(), "gamma", gamma.size(),
-// "elements"); derivative(x) starts with check_x("dynamic_tanh::derivative", x).
+// The (alpha, gamma, beta) constructor checks beta's length against gamma's. derivative(x) reads
+// gamma[j] for every column of x, so a gamma of the wrong length must be caught before the loop
+// (a shorter one would read past its end; the test uses a longer one).
 TEMPLATE_TEST_CASE("dynamic_tanh: constructor and derivative check gamma and beta",
-                   "[errors][dynamic_tanh][!mayfail]", float, double) {
+                   "[errors][dynamic_tanh]", float, double) {
   using S = TestType;
   check_rejects([] { return resnorm::dynamic_tanh<S>(S(0.5), ones<S>(dim), ones<S>(3)); },
                 "dynamic_tanh", {"beta has 3 elements", "gamma has 4 elements"});
@@ -332,14 +317,9 @@ TEMPLATE_TEST_CASE("gelu: vjp_into rejects dy of the wrong shape", "[errors][gel
       "gelu_vjp_into", {"dy is 3x4", "x is 2x4"});
 }
 
-// Entry point lacks the check: a wrong output of the _into forms is reported by the shared row
-// kernel as "output is 2x3", not by the name of the argument passed (y, slope, dx).
-// Fix (include/resnorm/kernels/gelu_kernel.hpp): gelu_rows takes the output's name
-// (const char* out_name) and calls check_same_shape(fn, out_name, out, "x", x); gelu::forward_into
-// passes "y", gelu::derivative and gelu_derivative_into "slope", the vjp forms "dx", gelu::jvp
-// "out", gelu_forward_into "y".
-TEMPLATE_TEST_CASE("gelu: _into forms name the output argument", "[errors][gelu][into][!mayfail]",
-                   float, double) {
+// The _into forms name the output argument passed (y, slope, dx), not a generic "output".
+TEMPLATE_TEST_CASE("gelu: _into forms name the output argument", "[errors][gelu][into]", float,
+                   double) {
   using S = TestType;
   const resnorm::gelu<S> g;
   const matrix<S> x = ones<S>(rows, dim), dy = ones<S>(rows, dim);
@@ -449,19 +429,10 @@ TEMPLATE_TEST_CASE("norm_block: a residual scale of the wrong length is rejected
                 {"scale has 3 elements", "x has 4 columns"});
 }
 
-// Entry point lacks the check: residual::vjp/jvp and pre_ln_block::vjp/jvp never run F forward,
-// so a width-changing F surfaces as linear::vjp's "dy is 2x4, expected 2x3" or as an Eigen
-// assertion on the sum (an abort without this file's eigen_assert); post_ln_block::vjp reports
-// it under the name post_ln_block::forward, and post_ln_block::jvp does too or hits the Eigen
-// assertion on v + J_F v, depending on the compiler's order of argument evaluation (clang: the
-// former, g++: the latter).
-// Fix: residual.hpp, vjp: detail::forward_keeping_shape("residual::vjp", sublayer, x) before
-// the sublayer's vjp; jvp: check_same_shape("residual::jvp", "sublayer output", Jv, "x", x) on
-// Jv = sublayer.jvp(x, v) (J_F v has F's output shape; no extra forward). pre_ln_block.hpp: the
-// same with u = LN(x) in place of x. post_ln_block.hpp: sum takes the caller's name, sum(fn, x),
-// so vjp passes "post_ln_block::vjp"; jvp checks sublayer.jvp's result as residual::jvp does.
+// residual::vjp and pre_ln_block::vjp hand F a dy of x's shape, so a width-changing F must be
+// reported as such under the block's name, not as F's complaint about dy; jvp checks J_F v.
 TEMPLATE_TEST_CASE("residual and blocks: vjp and jvp name themselves for a width-changing sublayer",
-                   "[errors][residual][pre_ln_block][post_ln_block][!mayfail]", float, double) {
+                   "[errors][residual][pre_ln_block][post_ln_block]", float, double) {
   using S = TestType;
   const matrix<S> x = ones<S>(rows, dim), dy = ones<S>(rows, dim);
   const std::initializer_list<std::string> out = {"sublayer output is 2x3", "x is 2x4"};
@@ -477,15 +448,10 @@ TEMPLATE_TEST_CASE("residual and blocks: vjp and jvp name themselves for a width
   check_rejects([&] { return post.jvp(x, dy); }, "post_ln_block::jvp", out);
 }
 
-// Entry point lacks the check: sequential passes First's output to Second unchecked, so a
-// First whose width Second does not take is reported by Second alone ("linear::forward: x has
-// 3 columns, weight is 4x2"), without naming the composition that was called.
-// Fix (include/resnorm/sequential.hpp): in forward, vjp, jvp and jacobian, catch
-// std::invalid_argument from first/second and rethrow
-// detail::fail("sequential::<member>", std::string("first: ") / "second: " + e.what()), so the
-// message names sequential, the stage and keeps the inner shapes.
+// A stage's error comes out under the composition's member and the stage's name, keeping the
+// stage's own shapes.
 TEMPLATE_TEST_CASE("sequential: stages of incompatible widths name the composition",
-                   "[errors][sequential][!mayfail]", float, double) {
+                   "[errors][sequential]", float, double) {
   using S = TestType;
   // 4 -> 3, then a stage that expects 4 features.
   const resnorm::sequential<resnorm::linear<S>, resnorm::linear<S>> seq(
@@ -845,17 +811,15 @@ TEST_CASE("check_jacobian: x the map does not take is rejected by the map",
                 {"x has 3 columns", "weight is 4x5"});
 }
 
-// Entry point lacks the check: compare_jacobians(analytic, numeric, tokens) splits rows and
-// columns into tokens without checking that tokens divides them, so the worst entry's (token,
-// feature) is silently wrong.
-// Fix (include/resnorm/finite_difference.hpp, compare_jacobians): when tokens > 0, fail unless
-// analytic.rows() % tokens == 0 and analytic.cols() % tokens == 0, with "analytic is RxC, tokens
-// = T (rows and columns must be multiples of tokens)"; and fail for tokens < 0.
+// compare_jacobians splits rows and columns into tokens: a count that does not divide them would
+// place the worst entry at a wrong (token, feature) without a word.
 TEST_CASE("compare_jacobians: a token count that does not divide the Jacobian is rejected",
-          "[errors][finite_difference][!mayfail]") {
+          "[errors][finite_difference]") {
   const matrix<double> a = ones<double>(8, 6);
   check_rejects([&] { return resnorm::compare_jacobians(a, a, 3); }, "compare_jacobians",
                 {"analytic is 8x6", "tokens = 3"});
+  check_rejects([&] { return resnorm::compare_jacobians(a, a, -1); }, "compare_jacobians",
+                {"tokens must be >= 0", "got -1"});
 }
 
 }  // namespace
