@@ -74,8 +74,10 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
         add_row<C>(x.row(t).data(), f.row(t).data(), d, s_cached);
         if (buffer_s) stream_copy(s_row, buffer, static_cast<std::size_t>(d) * sizeof(T));
         if (kind == add_norm_kind::layer_norm) {
+          const index next = t + 1 < end ? t + 1 : t;
           const row_stats st =
-              layer_norm_row_forward<C, G, B>(s_cached, d, g, b, eps, stream, y.row(t).data());
+              layer_norm_row_forward<C, G, B>(s_cached, d, g, b, eps, stream, y.row(t).data(),
+                                              next_row<T>{x.row(next).data(), y.row(next).data()});
           if (mean_out) mean_out[t] = st.mean;
           if (rstd_out) rstd_out[t] = st.rstd;
         } else {
@@ -112,14 +114,17 @@ void add_norm_vjp_rows(const char* fn, add_norm_kind kind, matrix_cref<T> s, mat
   if (kind == add_norm_kind::rms_norm && dbeta.size() != 0) dbeta.setZero();
   dispatch2(g != nullptr, dg_out != nullptr, [&]<bool G, bool DG>() {
     dispatch2(db_out != nullptr, false, [&]<bool DB, bool>() {
-      blocked_vjp<C>(s.rows(), d, dg_out, db_out, ws, [&](index t, C* dg, C* db) {
+      blocked_vjp<C>(s.rows(), d, dg_out, db_out, ws, [&](index begin, index end, C* dg, C* db) {
         if (kind == add_norm_kind::layer_norm) {
-          layer_norm_row_vjp<C, G, DG, DB, true>(s.row(t).data(), dy.row(t).data(), d, g,
-                                                 row_stats{mean[t], rstd[t]}, dx.row(t).data(), dg,
-                                                 db, ds.row(t).data());
+          auto stats = [&](index t) { return row_stats{mean[t], rstd[t]}; };
+          norm_range_vjp<C, true, G, DG, DB, true>(begin, end, s, dy, ds.data(), ds.outerStride(),
+                                                   g, stats, dx, dg, db);
         } else {
-          rms_norm_row_vjp<C, G, DG, true>(s.row(t).data(), dy.row(t).data(), d, g, rstd[t],
-                                           dx.row(t).data(), dg, ds.row(t).data());
+          // RMSNorm keeps no mean (the argument may be empty).
+          auto stats = [&](index t) { return row_stats{0.0, rstd[t]}; };
+          norm_range_vjp<C, false, G, DG, false, true>(begin, end, s, dy, ds.data(),
+                                                       ds.outerStride(), g, stats, dx, dg,
+                                                       static_cast<C*>(nullptr));
         }
       });
     });

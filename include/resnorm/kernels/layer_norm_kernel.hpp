@@ -51,7 +51,8 @@ struct row_stats {
 // rounded once, where x − C(mean) would carry half an ulp of the mean into every element.
 template <class C>
 struct row_centre {
-  C hi, lo;
+  C hi = 0, lo = 0;
+  row_centre() = default;
   explicit row_centre(double mean)
       : hi(static_cast<C>(mean)), lo(static_cast<C>(mean - static_cast<double>(hi))) {}
   row_centre(C high, C low) : hi(high), lo(low) {}
@@ -110,29 +111,41 @@ struct layer_norm_moments_t {
   bool in_range;         // false: redo the row in double (float arithmetic only)
 };
 
+// First pass: the row's mean, Σx/d, to C's precision (the second pass corrects it).
 template <class C, class T>
-layer_norm_moments_t<C> layer_norm_moments(const T* x, index d, double eps) {
+RESNORM_SIMD_INLINE double layer_norm_first_mean(const T* x, index d) {
   using simd::load;
   const double inv_d = 1.0 / static_cast<double>(d);
-  double mean0 = simd::row_sums<C, 1>(
-                     d, [&](index j, auto tag) { return std::array{load<C>(x + j, tag)}; })[0] *
-                 inv_d;
+  const double mean0 =
+      simd::row_sums<C, 1>(d,
+                           [&](index j, auto tag) { return std::array{load<C>(x + j, tag)}; })[0] *
+      inv_d;
   if constexpr (std::is_same_v<C, double>) {
     // Σx overflowed although every x is finite: sum x/d instead.
     if (std::isinf(mean0)) {
-      mean0 = simd::row_sums<C, 1>(
+      return simd::row_sums<C, 1>(
           d, [&](index j, auto tag) { return std::array{load<C>(x + j, tag) * inv_d}; })[0];
     }
   }
-  const row_centre<C> c0(mean0);
+  return mean0;
+}
+
+// Second pass: Σc and Σc² of c = x − hi (hi: mean0 rounded to C; x − hi is exact on a row of
+// large offset), and the corrected moments from them: mean = hi + Σc/d, var = Σc²/d − (Σc/d)².
+template <class C, class T>
+RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(const T* x, index d,
+                                                                         double eps, double mean0) {
+  using simd::load;
+  const double inv_d = 1.0 / static_cast<double>(d);
+  const C hi = static_cast<C>(mean0);
   const auto [sum_c, sum_cc] = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
-    const auto c = c0(load<C>(x + j, tag));
+    const auto c = load<C>(x + j, tag) - hi;
     return std::array{c, c * c};
   });
   const double delta = sum_c * inv_d;
-  // The corrected mean keeps hi: only lo moves, so x − hi stays exact.
-  const row_centre<C> centre(c0.hi, static_cast<C>(static_cast<double>(c0.lo) + delta));
-  const double mean = static_cast<double>(c0.hi) + (static_cast<double>(c0.lo) + delta);
+  // The corrected mean keeps hi and puts the correction in lo, so x − hi stays exact.
+  const row_centre<C> centre(hi, static_cast<C>(delta));
+  const double mean = static_cast<double>(hi) + delta;
   if (std::isfinite(mean0) && square_range<C>::handles(sum_cc, inv_d, eps)) {
     const double var = std::max(sum_cc * inv_d - delta * delta, 0.0);
     // eps inside the square root, as in the definition.
@@ -141,14 +154,19 @@ layer_norm_moments_t<C> layer_norm_moments(const T* x, index d, double eps) {
   if constexpr (std::is_same_v<C, double>) {
     if (std::isfinite(mean0)) {
       const auto [shift, rstd] =
-          scaled_moments(d, eps, [&](index j) { return c0(load_as<double>(x[j])); });
-      return {{mean0 + shift, rstd}, row_centre<C>(mean0 + shift), true};
+          scaled_moments(d, eps, [&](index j) { return load_as<double>(x[j]) - hi; });
+      return {{hi + shift, rstd}, row_centre<C>(hi + shift), true};
     }
     // NaN or ±Inf in the row: IEEE arithmetic carries it to every output of the row.
     return {{mean, 1.0 / std::sqrt(sum_cc * inv_d + eps)}, centre, true};
   } else {
     return {{mean, 0.0}, centre, false};
   }
+}
+
+template <class C, class T>
+RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_moments(const T* x, index d, double eps) {
+  return layer_norm_corrected_moments<C>(x, d, eps, layer_norm_first_mean<C>(x, d));
 }
 
 // mean and rstd of one row, in double.
@@ -161,14 +179,31 @@ row_stats layer_norm_row_stats(const T* x, index d, double eps) {
   return m.stats;
 }
 
+// Rows handled together by the group kernels (forward of narrow rows, every backward).
+inline constexpr int rows_per_group = 4;
+
+// The row a row kernel should pull towards the cache while it works on this one (the next row
+// of x and of the output; the current row's own pointers for the last row).
+template <class T>
+struct next_row {
+  const T* in;
+  T* out;
+};
+
 // y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j over n elements, as (x_j − hi)·rstd − lo·rstd.
-template <bool HasGamma, bool HasBeta, class C, class T>
-void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n, const row_centre<C>& centre, C rstd,
-                          const param_t<T>* RESNORM_RESTRICT gamma,
-                          const param_t<T>* RESNORM_RESTRICT beta, T* RESNORM_RESTRICT y) {
+template <bool HasGamma, bool HasBeta, bool Prefetch, class C, class T>
+RESNORM_SIMD_INLINE void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n,
+                                              const row_centre<C>& centre, C rstd,
+                                              const param_t<T>* RESNORM_RESTRICT gamma,
+                                              const param_t<T>* RESNORM_RESTRICT beta,
+                                              T* RESNORM_RESTRICT y, next_row<T> next) {
   using simd::load, simd::splat;
   const C lo_rstd = -(centre.lo * rstd);
   simd::for_each<C>(n, [&](index j, auto tag) {
+    if constexpr (Prefetch && std::is_same_v<decltype(tag), simd::vector_tag>) {
+      simd::prefetch_read(next.in + j);
+      simd::prefetch_write(next.out + j);
+    }
     auto v = simd::fma(load<C>(x + j, tag) - centre.hi, splat(rstd, tag), splat(lo_rstd, tag));
     if constexpr (HasGamma && HasBeta) {
       v = simd::fma(v, load<C>(gamma + j, tag), load<C>(beta + j, tag));
@@ -184,28 +219,69 @@ void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n, const row_centre
 template <class C, bool HasGamma, bool HasBeta, class T>
 RESNORM_WIDE_VECTORS row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
                                                       const param_t<T>* beta, double eps,
-                                                      bool stream, T* y) {
+                                                      bool stream, T* y, next_row<T> next) {
   const auto m = layer_norm_moments<C>(x, d, eps);
   if constexpr (!std::is_same_v<C, double>) {
     if (!m.in_range) {
-      return layer_norm_row_forward<double, HasGamma, HasBeta>(x, d, gamma, beta, eps, stream, y);
+      return layer_norm_row_forward<double, HasGamma, HasBeta>(x, d, gamma, beta, eps, stream, y,
+                                                               next);
     }
   }
   const C r = static_cast<C>(m.stats.rstd);
   if (!stream) {
-    layer_norm_row_apply<HasGamma, HasBeta>(x, d, m.centre, r, gamma, beta, y);
+    // The last row (or the only one) has nothing to pull in.
+    if (next.in != x) {
+      layer_norm_row_apply<HasGamma, HasBeta, true>(x, d, m.centre, r, gamma, beta, y, next);
+    } else {
+      layer_norm_row_apply<HasGamma, HasBeta, false>(x, d, m.centre, r, gamma, beta, y, next);
+    }
     return m.stats;
   }
   // Computed a chunk at a time into L1, then written around the cache.
   alignas(64) T buffer[stream_chunk];
   for (index j = 0; j < d; j += stream_chunk) {
     const index n = std::min(stream_chunk, d - j);
-    layer_norm_row_apply<HasGamma, HasBeta>(x + j, n, m.centre, r, HasGamma ? gamma + j : nullptr,
-                                            HasBeta ? beta + j : nullptr, buffer);
+    layer_norm_row_apply<HasGamma, HasBeta, true>(
+        x + j, n, m.centre, r, HasGamma ? gamma + j : nullptr, HasBeta ? beta + j : nullptr, buffer,
+        {next.in + j, next.out + j});
     stream_copy(y + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
   }
   return m.stats;
 }
+
+// R narrow rows at once: each pass runs over the R rows before the next pass starts, so the R
+// rows' reductions (a chain of dependent adds and a square root each) overlap instead of
+// following one another. Rows outside C's range are redone one by one (see above).
+template <class C, int R, bool HasGamma, bool HasBeta, class T>
+RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
+                                                   const param_t<T>* gamma, const param_t<T>* beta,
+                                                   double eps, T* const* y, row_stats* stats,
+                                                   const next_row<T>* next) {
+  std::array<double, R> mean0;
+  for (int r = 0; r < R; ++r) mean0[r] = layer_norm_first_mean<C>(x[r], d);
+  std::array<layer_norm_moments_t<C>, R> m;
+  bool in_range = true;
+  for (int r = 0; r < R; ++r) {
+    m[r] = layer_norm_corrected_moments<C>(x[r], d, eps, mean0[r]);
+    in_range = in_range && m[r].in_range;
+  }
+  if (!in_range) {
+    for (int r = 0; r < R; ++r) {
+      stats[r] = layer_norm_row_forward<C, HasGamma, HasBeta>(x[r], d, gamma, beta, eps, false,
+                                                              y[r], next[r]);
+    }
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    layer_norm_row_apply<HasGamma, HasBeta, true>(
+        x[r], d, m[r].centre, static_cast<C>(m[r].stats.rstd), gamma, beta, y[r], next[r]);
+    stats[r] = m[r].stats;
+  }
+}
+
+// Rows up to this many bytes are normalised in groups of rows_per_group: their own passes are
+// too short to hide the reductions' latency.
+inline constexpr std::size_t group_row_bytes = 2048;
 
 // True when float arithmetic holds a backward row from these stats and sums without overflow
 // or a subnormal rstd.
@@ -215,61 +291,163 @@ inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx) {
          std::abs(sum_g) <= limit && std::abs(sum_gx) <= limit;
 }
 
-// One row of the backward. With a = mean(g), b = mean(g ⊙ xhat):
+// R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
+// rows rather than once per row (their read-modify-write is most of the stores of a row), and
+// so that the R rows' reductions overlap. Row r: x[r], dy[r], stats s[r], writes dx[r] (+ ds[r]).
+template <class T, int R>
+struct row_group {
+  const T* x[R];
+  const T* dy[R];
+  const T* ds[R];  // used only by the fused add + norm (AddDs)
+  T* dx[R];
+  row_stats s[R];
+};
+
+// The backward of each row of the group. With a = mean(g), b = mean(g ⊙ xhat):
 //   dx_j = rstd · (g_j − a − xhat_j · b)
-//   dγ_j += dy_j · xhat_j,  dβ_j += dy_j          (accumulated in A, the workspace's type)
+//   dγ_j += Σ_r dy_j · xhat_j,  dβ_j += Σ_r dy_j     (accumulated in A, the workspace's type)
 //   (+ ds_j, the gradient arriving from another use of x, when AddDs: fused add + norm)
-// A float row whose sums leave float's range (or NaN/Inf) is redone in double arithmetic.
-template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs = false, class T,
-          class A>
-RESNORM_WIDE_VECTORS void layer_norm_row_vjp(const T* RESNORM_RESTRICT x,
-                                             const T* RESNORM_RESTRICT dy, index d,
-                                             const param_t<T>* RESNORM_RESTRICT gamma, row_stats s,
-                                             T* RESNORM_RESTRICT dx, A* RESNORM_RESTRICT dgamma,
-                                             A* RESNORM_RESTRICT dbeta,
-                                             const T* RESNORM_RESTRICT ds = nullptr) {
+// Centred: LayerNorm (xhat = (x − mean)·rstd). Not centred: RMSNorm (xhat = x·rstd, a = 0, no
+// dβ), which is the same computation without the mean.
+// A float group with a row whose sums leave float's range (or NaN/Inf) is redone in double.
+template <class C, int R, bool Centred, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs,
+          class T, class A>
+RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
+                                         const param_t<T>* RESNORM_RESTRICT gamma,
+                                         A* RESNORM_RESTRICT dgamma, A* RESNORM_RESTRICT dbeta) {
   using simd::load, simd::splat;
-  const row_centre<C> centre(s.mean);
-  const C r = static_cast<C>(s.rstd);
-  const C lo_r = -(centre.lo * r);
-  auto xhat_of = [&](index j, auto tag) {
-    return simd::fma(load<C>(x + j, tag) - centre.hi, splat(r, tag), splat(lo_r, tag));
+  struct row_constants {
+    row_centre<C> centre;
+    C rstd = 0, lo_rstd = 0, a = 0, b = 0;
   };
-  auto g_of = [&](index j, auto tag) {
-    if constexpr (HasGamma) {
-      return load<C>(dy + j, tag) * load<C>(gamma + j, tag);
+  std::array<row_constants, R> k{};
+  bool in_range = true;
+  for (int r = 0; r < R; ++r) {
+    const row_centre<C> centre(rows.s[r].mean);
+    const C rstd = static_cast<C>(rows.s[r].rstd);
+    k[r] = {centre, rstd, -(centre.lo * rstd), C(0), C(0)};
+  }
+  auto xhat_of = [&](int r, index j, auto tag) {
+    if constexpr (Centred) {
+      return simd::fma(load<C>(rows.x[r] + j, tag) - k[r].centre.hi, splat(k[r].rstd, tag),
+                       splat(k[r].lo_rstd, tag));
     } else {
-      return load<C>(dy + j, tag);
+      return load<C>(rows.x[r] + j, tag) * k[r].rstd;
     }
   };
-  const auto [sum_g, sum_gx] = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
-    const auto g = g_of(j, tag);
-    return std::array{g, g * xhat_of(j, tag)};
-  });
+  auto g_of = [&](int r, index j, auto tag) {
+    if constexpr (HasGamma) {
+      return load<C>(rows.dy[r] + j, tag) * load<C>(gamma + j, tag);
+    } else {
+      return load<C>(rows.dy[r] + j, tag);
+    }
+  };
+  const double inv_d = 1.0 / static_cast<double>(d);
+  for (int r = 0; r < R; ++r) {
+    double sum_g = 0, sum_gx = 0;
+    if constexpr (Centred) {
+      const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
+        const auto g = g_of(r, j, tag);
+        return std::array{g, g * xhat_of(r, j, tag)};
+      });
+      sum_g = sums[0];
+      sum_gx = sums[1];
+    } else {
+      sum_gx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
+        return std::array{g_of(r, j, tag) * xhat_of(r, j, tag)};
+      })[0];
+    }
+    if constexpr (!std::is_same_v<C, double>) {
+      in_range = in_range && float_backward_in_range(rows.s[r], sum_g, sum_gx);
+    }
+    k[r].a = static_cast<C>(sum_g * inv_d);
+    k[r].b = static_cast<C>(sum_gx * inv_d);
+  }
   if constexpr (!std::is_same_v<C, double>) {
-    if (!float_backward_in_range(s, sum_g, sum_gx)) {
-      layer_norm_row_vjp<double, HasGamma, WantDGamma, WantDBeta, AddDs>(x, dy, d, gamma, s, dx,
-                                                                         dgamma, dbeta, ds);
+    if (!in_range) {
+      // Row by row: a single row in range stays in C (the same bits as in a group), a single
+      // row out of range goes to double.
+      for (int r = 0; r < R; ++r) {
+        const row_group<T, 1> row{
+            {rows.x[r]}, {rows.dy[r]}, {rows.ds[r]}, {rows.dx[r]}, {rows.s[r]}};
+        if constexpr (R == 1) {
+          norm_group_vjp<double, 1, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(row, d, gamma,
+                                                                                     dgamma, dbeta);
+        } else {
+          norm_group_vjp<C, 1, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(row, d, gamma,
+                                                                                dgamma, dbeta);
+        }
+      }
       return;
     }
   }
-  const double inv_d = 1.0 / static_cast<double>(d);
-  const C a = static_cast<C>(sum_g * inv_d);
-  const C b = static_cast<C>(sum_gx * inv_d);
+  // d = 1: xhat = 0 and the Jacobian is exactly 0. Computed, g − a would leave g's rounding
+  // error (times rstd = 1/sqrt(eps)) wherever the compiler fuses dy·γ − a into one FMA.
+  const bool zero_jacobian = Centred && d == 1;
   simd::for_each<C>(d, [&](index j, auto tag) {
-    const auto xhat = xhat_of(j, tag);
-    auto v = (g_of(j, tag) - a) - xhat * b;
-    v *= r;
-    if constexpr (AddDs) v += load<C>(ds + j, tag);
-    simd::store(dx + j, v);
-    if constexpr (WantDGamma || WantDBeta) {
-      const auto dyj = load<C>(dy + j, tag);
-      if constexpr (WantDGamma) {
-        simd::store(dgamma + j, simd::fma(dyj, xhat, load<C>(dgamma + j, tag)));
+    auto dgamma_j = splat(C(0), tag);
+    auto dbeta_j = splat(C(0), tag);
+    if constexpr (WantDGamma) dgamma_j = load<C>(dgamma + j, tag);
+    if constexpr (WantDBeta) dbeta_j = load<C>(dbeta + j, tag);
+    for (int r = 0; r < R; ++r) {
+      const auto xhat = xhat_of(r, j, tag);
+      auto v = g_of(r, j, tag);
+      if constexpr (Centred) v -= k[r].a;
+      v = (v - xhat * k[r].b) * k[r].rstd;
+      if (zero_jacobian) v = xhat * C(0);  // 0, or NaN from a NaN row
+      if constexpr (AddDs) v += load<C>(rows.ds[r] + j, tag);
+      simd::store(rows.dx[r] + j, v);
+      if constexpr (WantDGamma || WantDBeta) {
+        const auto dyj = load<C>(rows.dy[r] + j, tag);
+        if constexpr (WantDGamma) dgamma_j = simd::fma(dyj, xhat, dgamma_j);
+        if constexpr (WantDBeta) dbeta_j += dyj;
       }
-      if constexpr (WantDBeta) simd::store(dbeta + j, load<C>(dbeta + j, tag) + dyj);
     }
+    if constexpr (WantDGamma) simd::store(dgamma + j, dgamma_j);
+    if constexpr (WantDBeta) simd::store(dbeta + j, dbeta_j);
   });
+}
+
+// One row of the backward (a group of one).
+template <class C, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs = false, class T,
+          class A>
+void layer_norm_row_vjp(const T* x, const T* dy, index d, const param_t<T>* gamma, row_stats s,
+                        T* dx, A* dgamma, A* dbeta, const T* ds = nullptr) {
+  const row_group<T, 1> row{{x}, {dy}, {ds}, {dx}, {s}};
+  norm_group_vjp<C, 1, true, HasGamma, WantDGamma, WantDBeta, AddDs>(row, d, gamma, dgamma, dbeta);
+}
+
+// Rows [begin, end) of a backward in groups of rows_per_group (then one at a time): what one
+// reduction block of blocked_vjp runs. stats(t) gives row t's mean and rstd; ds may be empty.
+
+template <class C, bool Centred, bool HasGamma, bool WantDGamma, bool WantDBeta, bool AddDs,
+          class T, class A, class Stats>
+void norm_range_vjp(index begin, index end, matrix_cref<T> x, matrix_cref<T> dy, const T* ds_data,
+                    index ds_stride, const param_t<T>* gamma, const Stats& stats, matrix_ref<T> dx,
+                    A* dgamma, A* dbeta) {
+  const index d = x.cols();
+  auto fill = [&]<int R>(row_group<T, R>& g, index t) {
+    for (int r = 0; r < R; ++r) {
+      g.x[r] = x.row(t + r).data();
+      g.dy[r] = dy.row(t + r).data();
+      g.ds[r] = ds_data ? ds_data + (t + r) * ds_stride : nullptr;
+      g.dx[r] = dx.row(t + r).data();
+      g.s[r] = stats(t + r);
+    }
+  };
+  index t = begin;
+  for (; t + rows_per_group <= end; t += rows_per_group) {
+    row_group<T, rows_per_group> g;
+    fill(g, t);
+    norm_group_vjp<C, rows_per_group, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(
+        g, d, gamma, dgamma, dbeta);
+  }
+  for (; t < end; ++t) {
+    row_group<T, 1> g;
+    fill(g, t);
+    norm_group_vjp<C, 1, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(g, d, gamma, dgamma,
+                                                                          dbeta);
+  }
 }
 
 template <class T, class C>
@@ -279,11 +457,13 @@ void layer_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* 
   const index d = x.cols();
   dispatch2(gamma != nullptr, dgamma != nullptr, [&]<bool G, bool DG>() {
     dispatch2(dbeta != nullptr, false, [&]<bool DB, bool>() {
-      blocked_vjp<C>(x.rows(), d, dgamma, dbeta, ws, [&](index t, C* dg, C* db) {
-        const row_stats s =
-            mean ? row_stats{mean[t], rstd[t]} : layer_norm_row_stats<C>(x.row(t).data(), d, eps);
-        layer_norm_row_vjp<C, G, DG, DB>(x.row(t).data(), dy.row(t).data(), d, gamma, s,
-                                         dx.row(t).data(), dg, db);
+      blocked_vjp<C>(x.rows(), d, dgamma, dbeta, ws, [&](index begin, index end, C* dg, C* db) {
+        auto stats = [&](index t) {
+          return mean ? row_stats{mean[t], rstd[t]}
+                      : layer_norm_row_stats<C>(x.row(t).data(), d, eps);
+        };
+        norm_range_vjp<C, true, G, DG, DB, false>(begin, end, x, dy, static_cast<const T*>(nullptr),
+                                                  0, gamma, stats, dx, dg, db);
       });
     });
   });
@@ -314,9 +494,32 @@ void layer_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> 
   const auto* b = kernels::data_or_null(beta);
   kernels::dispatch2(g != nullptr, b != nullptr, [&]<bool G, bool B>() {
     kernels::parallel_rows(x.rows(), d, [&](index begin, index end) {
-      for (index t = begin; t < end; ++t) {
+      index t = begin;
+      if (!stream && static_cast<std::size_t>(d) * sizeof(T) <= kernels::group_row_bytes) {
+        constexpr int R = kernels::rows_per_group;
+        for (; t + R <= end; t += R) {
+          const T* xs[R];
+          T* ys[R];
+          kernels::next_row<T> next[R];
+          kernels::row_stats s[R];
+          for (int r = 0; r < R; ++r) {
+            const index n = t + r + R < end ? t + r + R : t + r;
+            xs[r] = x.row(t + r).data();
+            ys[r] = y.row(t + r).data();
+            next[r] = {x.row(n).data(), y.row(n).data()};
+          }
+          kernels::layer_norm_group_forward<C, R, G, B>(xs, d, g, b, eps, ys, s, next);
+          for (int r = 0; r < R; ++r) {
+            if (mean_out) mean_out[t + r] = s[r].mean;
+            if (rstd_out) rstd_out[t + r] = s[r].rstd;
+          }
+        }
+      }
+      for (; t < end; ++t) {
+        const index next = t + 1 < end ? t + 1 : t;
         const kernels::row_stats s = kernels::layer_norm_row_forward<C, G, B>(
-            x.row(t).data(), d, g, b, eps, stream, y.row(t).data());
+            x.row(t).data(), d, g, b, eps, stream, y.row(t).data(),
+            {x.row(next).data(), y.row(next).data()});
         if (mean_out) mean_out[t] = s.mean;
         if (rstd_out) rstd_out[t] = s.rstd;
       }

@@ -129,10 +129,10 @@ void dispatch2(bool a, bool b, const F& f) {
 
 // The row blocks of a backward: block b sums dγ/dβ over its rows, in row order, into its own
 // workspace slot (type C); the slots are then added in block order and rounded into
-// dgamma/dbeta (type P). row_vjp(t, dgamma_slot, dbeta_slot) does one row.
-template <class C, class P, class RowVjp>
+// dgamma/dbeta (type P). range_vjp(begin, end, dgamma_slot, dbeta_slot) does rows [begin, end).
+template <class C, class P, class RangeVjp>
 void blocked_vjp(index rows, index d, P* dgamma, P* dbeta, kernel_workspace& ws,
-                 const RowVjp& row_vjp) {
+                 const RangeVjp& range_vjp) {
   const index blocks = reduction_blocks(rows);
   const std::size_t stride = kernel_workspace::slot_stride(d);
   const bool want = dgamma != nullptr || dbeta != nullptr;
@@ -144,7 +144,7 @@ void blocked_vjp(index rows, index d, P* dgamma, P* dbeta, kernel_workspace& ws,
     if (dg) std::fill(dg, dg + d, C(0));
     if (db) std::fill(db, db + d, C(0));
     const index begin = rows * b / blocks, end = rows * (b + 1) / blocks;
-    for (index t = begin; t < end; ++t) row_vjp(t, dg, db);
+    range_vjp(begin, end, dg, db);
   });
   if (!want) return;
   // Slot sums in block order, for dγ (offset 0) and dβ (offset stride).

@@ -43,7 +43,7 @@ struct rms_moments {
 // whose squares leave float's range is flagged for double arithmetic, a double row outside
 // double's is scaled before squaring (see square_range in layer_norm_kernel.hpp).
 template <class C, class T>
-rms_moments rms_norm_moments(const T* x, index d, double eps) {
+RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps) {
   const double inv_d = 1.0 / static_cast<double>(d);
   const double sum_xx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
     const auto v = simd::load<C>(x + j, tag);
@@ -86,8 +86,9 @@ double rms_norm_row_rstd(const T* x, index d, double eps) {
 
 // y_j = x_j · rstd · γ_j over n elements.
 template <bool HasGamma, class C, class T>
-void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
-                        const param_t<T>* RESNORM_RESTRICT gamma, T* RESNORM_RESTRICT y) {
+RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
+                                            const param_t<T>* RESNORM_RESTRICT gamma,
+                                            T* RESNORM_RESTRICT y) {
   using simd::load;
   simd::for_each<C>(n, [&](index j, auto tag) {
     auto v = load<C>(x + j, tag) * rstd;
@@ -120,41 +121,13 @@ RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const para
 // One row of the backward, b = mean(g ⊙ xhat):
 //   dx_j = rstd · (g_j − xhat_j · b),   dγ_j += dy_j · xhat_j   (accumulated in A)
 //   (+ ds_j when AddDs: fused add + norm)
-// A float row whose sums leave float's range (or NaN/Inf) is redone in double arithmetic.
+// The uncentred case of norm_group_vjp (layer_norm_kernel.hpp), which does the work.
 template <class C, bool HasGamma, bool WantDGamma, bool AddDs = false, class T, class A>
-RESNORM_WIDE_VECTORS void rms_norm_row_vjp(const T* RESNORM_RESTRICT x,
-                                           const T* RESNORM_RESTRICT dy, index d,
-                                           const param_t<T>* RESNORM_RESTRICT gamma, double rstd,
-                                           T* RESNORM_RESTRICT dx, A* RESNORM_RESTRICT dgamma,
-                                           const T* RESNORM_RESTRICT ds = nullptr) {
-  using simd::load;
-  const C r = static_cast<C>(rstd);
-  auto g_of = [&](index j, auto tag) {
-    if constexpr (HasGamma) {
-      return load<C>(dy + j, tag) * load<C>(gamma + j, tag);
-    } else {
-      return load<C>(dy + j, tag);
-    }
-  };
-  const double sum_gx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
-    return std::array{g_of(j, tag) * (load<C>(x + j, tag) * r)};
-  })[0];
-  if constexpr (!std::is_same_v<C, double>) {
-    if (!float_backward_in_range(row_stats{0.0, rstd}, 0.0, sum_gx)) {
-      rms_norm_row_vjp<double, HasGamma, WantDGamma, AddDs>(x, dy, d, gamma, rstd, dx, dgamma, ds);
-      return;
-    }
-  }
-  const C b = static_cast<C>(sum_gx / static_cast<double>(d));
-  simd::for_each<C>(d, [&](index j, auto tag) {
-    const auto xhat = load<C>(x + j, tag) * r;
-    auto v = (g_of(j, tag) - xhat * b) * r;
-    if constexpr (AddDs) v += load<C>(ds + j, tag);
-    simd::store(dx + j, v);
-    if constexpr (WantDGamma) {
-      simd::store(dgamma + j, simd::fma(load<C>(dy + j, tag), xhat, load<C>(dgamma + j, tag)));
-    }
-  });
+void rms_norm_row_vjp(const T* x, const T* dy, index d, const param_t<T>* gamma, double rstd, T* dx,
+                      A* dgamma, const T* ds = nullptr) {
+  const row_group<T, 1> row{{x}, {dy}, {ds}, {dx}, {row_stats{0.0, rstd}}};
+  norm_group_vjp<C, 1, false, HasGamma, WantDGamma, false, AddDs>(row, d, gamma, dgamma,
+                                                                  static_cast<A*>(nullptr));
 }
 
 template <class T, class C>
@@ -164,10 +137,14 @@ void rms_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* ga
   const index d = x.cols();
   dispatch2(gamma != nullptr, dgamma != nullptr, [&]<bool G, bool DG>() {
     blocked_vjp<C>(
-        x.rows(), d, dgamma, static_cast<param_t<T>*>(nullptr), ws, [&](index t, C* dg, C*) {
-          const double r = rstd ? rstd[t] : rms_norm_row_rstd<C>(x.row(t).data(), d, eps);
-          rms_norm_row_vjp<C, G, DG>(x.row(t).data(), dy.row(t).data(), d, gamma, r,
-                                     dx.row(t).data(), dg);
+        x.rows(), d, dgamma, static_cast<param_t<T>*>(nullptr), ws,
+        [&](index begin, index end, C* dg, C*) {
+          auto stats = [&](index t) {
+            return row_stats{0.0, rstd ? rstd[t] : rms_norm_row_rstd<C>(x.row(t).data(), d, eps)};
+          };
+          norm_range_vjp<C, false, G, DG, false, false>(begin, end, x, dy,
+                                                        static_cast<const T*>(nullptr), 0, gamma,
+                                                        stats, dx, dg, static_cast<C*>(nullptr));
         });
   });
 }

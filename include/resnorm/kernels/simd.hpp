@@ -31,6 +31,14 @@
 #include <immintrin.h>
 #endif
 
+// The helpers below are a few instructions each and run inside the row loops: inlined always,
+// so that a row's constants and accumulators stay in registers across them.
+#if defined(__GNUC__) || defined(__clang__)
+#define RESNORM_SIMD_INLINE inline __attribute__((always_inline))
+#else
+#define RESNORM_SIMD_INLINE inline
+#endif
+
 namespace resnorm::kernels::simd {
 
 #if defined(__AVX512F__)
@@ -68,7 +76,7 @@ using raw_t = std::conditional_t<std::is_same_v<T, bf16>, std::uint16_t, T>;
 
 // width<C> elements of T at p (any alignment), widened to C.
 template <class C, class T>
-inline pack<C> load(const T* p, vector_tag) {
+RESNORM_SIMD_INLINE pack<C> load(const T* p, vector_tag) {
   constexpr int n = width<C>;
   vec<raw_t<T>, n> raw;
   std::memcpy(&raw, p, sizeof raw);
@@ -82,13 +90,13 @@ inline pack<C> load(const T* p, vector_tag) {
 }
 
 template <class C, class T>
-inline C load(const T* p, scalar_tag) {
+RESNORM_SIMD_INLINE C load(const T* p, scalar_tag) {
   return load_as<C>(*p);
 }
 
 // Rounds v to T and writes width<C> elements at p.
 template <class T, class V>
-inline void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
+RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
   using C = std::remove_cvref_t<decltype(v[0])>;
   constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
   if constexpr (std::is_same_v<T, bf16>) {
@@ -108,21 +116,21 @@ inline void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
 }
 
 template <class T, class C>
-inline void store(T* p, C v) requires std::is_floating_point_v<C> {
+RESNORM_SIMD_INLINE void store(T* p, C v) requires std::is_floating_point_v<C> {
   *p = kernels::store<T>(v);
 }
 
 // ---- arithmetic ------------------------------------------------------------------------------
 
 // a·b + c, fused where the hardware has FMA (one rounding), else multiply then add.
-inline float fma(float a, float b, float c) {
+RESNORM_SIMD_INLINE float fma(float a, float b, float c) {
 #if defined(__FMA__)
   return std::fma(a, b, c);
 #else
   return a * b + c;
 #endif
 }
-inline double fma(double a, double b, double c) {
+RESNORM_SIMD_INLINE double fma(double a, double b, double c) {
 #if defined(__FMA__)
   return std::fma(a, b, c);
 #else
@@ -130,7 +138,7 @@ inline double fma(double a, double b, double c) {
 #endif
 }
 template <class V>
-inline V fma(V a, V b, V c) requires(!std::is_floating_point_v<V>) {
+RESNORM_SIMD_INLINE V fma(V a, V b, V c) requires(!std::is_floating_point_v<V>) {
 #if defined(__AVX512F__)
   if constexpr (sizeof(V) == 64 && sizeof(a[0]) == 4)
     return std::bit_cast<V>(_mm512_fmadd_ps(a, b, c));
@@ -148,24 +156,46 @@ inline V fma(V a, V b, V c) requires(!std::is_floating_point_v<V>) {
 
 // A pack with every lane v (or v itself in the scalar tail).
 template <class C>
-inline pack<C> splat(C v, vector_tag) {
+RESNORM_SIMD_INLINE pack<C> splat(C v, vector_tag) {
   return pack<C>{} + v;
 }
 template <class C>
-inline C splat(C v, scalar_tag) {
+RESNORM_SIMD_INLINE C splat(C v, scalar_tag) {
   return v;
+}
+
+// ---- prefetch --------------------------------------------------------------------------------
+
+// Asks for the cache line holding p ahead of its use (read, or write: fetched for ownership).
+// The hardware streamer does not cross a 4 KiB page, so a kernel that walks a matrix row by row
+// prefetches the next row while it works on this one; otherwise each row starts on misses.
+template <class T>
+RESNORM_SIMD_INLINE void prefetch_read(const T* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
+}
+template <class T>
+RESNORM_SIMD_INLINE void prefetch_write(T* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 1, 3);
+#else
+  (void)p;
+#endif
 }
 
 // ---- horizontal sums -------------------------------------------------------------------------
 
 template <int Offset, class V, std::size_t... I>
-inline auto half_of(V v, std::index_sequence<I...>) {
+RESNORM_SIMD_INLINE auto half_of(V v, std::index_sequence<I...>) {
   return __builtin_shufflevector(v, v, (Offset + static_cast<int>(I))...);
 }
 
 // Σ of the N lanes in double, as a fixed halving tree (low half + high half, recursively).
 template <class E, int N>
-inline double sum_lanes(vec<E, N> v) {
+RESNORM_SIMD_INLINE double sum_lanes(vec<E, N> v) {
   if constexpr (N == 1) {
     return static_cast<double>(v[0]);
   } else if constexpr (std::is_same_v<E, float>) {
@@ -183,7 +213,7 @@ inline double sum_lanes(vec<E, N> v) {
 
 // body(j, vector_tag{}) for each whole pack of the row, then body(j, scalar_tag{}) for the tail.
 template <class C, class Body>
-inline void for_each(index d, const Body& body) {
+RESNORM_SIMD_INLINE void for_each(index d, const Body& body) {
   constexpr index w = width<C>;
   index j = 0;
   for (; j + w <= d; j += w) body(j, vector_tag{});
@@ -194,7 +224,7 @@ inline void for_each(index d, const Body& body) {
 // returns std::array of N packs (or scalars in the tail). Packs accumulate in C in four
 // independent chains; the tail accumulates in double.
 template <class C, int N, class Terms>
-inline std::array<double, N> row_sums(index d, const Terms& terms) {
+RESNORM_SIMD_INLINE std::array<double, N> row_sums(index d, const Terms& terms) {
   constexpr index w = width<C>;
   std::array<pack<C>, N> a0{}, a1{}, a2{}, a3{};
   auto add = [](std::array<pack<C>, N>& acc, const std::array<pack<C>, N>& t) {
