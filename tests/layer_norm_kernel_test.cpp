@@ -1,12 +1,15 @@
 // Tests of kernels/layer_norm_kernel.hpp and the layer_norm class routed through it: forward and
 // backward against long-double loops (tests/reference/norm_kernel_reference.hpp), the
-// large-offset accuracy, the saved-stats and recompute modes, and the argument checks.
+// large-offset accuracy, the saved-stats and recompute modes, the argument checks, and the
+// streamed (non-temporal) row path against the cached one.
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "reference/norm_kernel_reference.hpp"
+#include "resnorm/kernels/rms_norm_kernel.hpp"
 #include "resnorm/layer_norm.hpp"
 #include "support/catch.hpp"
 #include "support/test_util.hpp"
@@ -178,4 +181,41 @@ TEST_CASE("layer_norm kernel: arguments are checked", "[layer_norm][kernel][erro
   REQUIRE_THROWS_MATCHES(
       resnorm::layer_norm_vjp_into<float>(x, x, none, short_stats, rstd, y, dg, db, ws),
       std::invalid_argument, resnorm_test::message_contains("mean has 1 elements, x has 2 rows"));
+}
+
+// Outputs past kernels::streaming_min_bytes are computed a chunk at a time into L1 and written
+// with non-temporal stores; no test can allocate that much, so the row kernels are called with
+// stream = true directly. The chunking changes where results are written, never their values.
+TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached rows bit for bit",
+                   "[layer_norm][rms_norm][kernel][stream]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  using P = k::param_t<S>;
+  // Below, at, and across stream_chunk (1024), with a tail.
+  for (const Eigen::Index d : {Eigen::Index(5), Eigen::Index(1024), Eigen::Index(2500)}) {
+    CAPTURE(d);
+    const matrix<float> source = random_matrix<float>(1, d, 90 + d, 2.0, 0.5);
+    const matrix<S> x = source.template cast<S>();
+    const vector<P> gamma = random_vector<P>(d, 91);
+    const vector<P> beta = random_vector<P>(d, 92);
+    matrix<S> cached(1, d), streamed(1, d);
+    const k::next_row<S> none{x.data(), cached.data()};
+    const k::row_stats a = k::layer_norm_row_forward<k::compute_t<S>, true, true>(
+        x.data(), d, gamma.data(), beta.data(), 1e-5, false, cached.data(), none);
+    const k::row_stats b = k::layer_norm_row_forward<k::compute_t<S>, true, true>(
+        x.data(), d, gamma.data(), beta.data(), 1e-5, true, streamed.data(), none);
+    k::stream_fence();
+    CHECK(a.mean == b.mean);
+    CHECK(a.rstd == b.rstd);
+    CHECK(std::memcmp(cached.data(), streamed.data(), sizeof(S) * static_cast<std::size_t>(d)) ==
+          0);
+    const double ra = k::rms_norm_row_forward<k::compute_t<S>, true>(x.data(), d, gamma.data(),
+                                                                     1e-5, false, cached.data());
+    const double rb = k::rms_norm_row_forward<k::compute_t<S>, true>(x.data(), d, gamma.data(),
+                                                                     1e-5, true, streamed.data());
+    k::stream_fence();
+    CHECK(ra == rb);
+    CHECK(std::memcmp(cached.data(), streamed.data(), sizeof(S) * static_cast<std::size_t>(d)) ==
+          0);
+  }
 }
