@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Build resnorm and run its tests: the README's test command, and what CI runs.
 #
-#   bash tests/run.sh               # workflow preset "test": g++, -O1 with asserts, -Werror
-#   bash tests/run.sh clang-test    # any workflow preset from CMakePresets.json
+#   bash tests/run.sh               # CI: workflow preset "sanitize" (the whole suite, g++ with
+#                                   # AddressSanitizer + UndefinedBehaviorSanitizer), then every
+#                                   # libFuzzer target for RESNORM_FUZZ_SECONDS (default 60) s each
+#   bash tests/run.sh test          # one workflow preset from CMakePresets.json: test (g++, -O1
+#                                   # with asserts, -Werror), clang-test, sanitize, examples
+#   bash tests/run.sh fuzz          # only the fuzzers (tests/fuzz/run.sh)
 #
+# The default run fails if either part fails, but runs the fuzzers even when the suite failed.
 # On Debian/Ubuntu it first installs whatever build dependency is missing (apt, only then).
 # Set RESNORM_SKIP_APT=1 to skip that step (other distributions, offline machines).
 set -euo pipefail
 
-preset="${1:-test}"
+mode="${1:-ci}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(build-essential cmake g++ clang libeigen3-dev catch2 libbenchmark-dev)
+# libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (-fsanitize=fuzzer), which
+# Debian 12's clang does not pull in. g++'s ASan/UBSan runtimes come with g++.
+packages=(build-essential cmake g++ clang libclang-rt-14-dev libeigen3-dev catch2 libbenchmark-dev)
 
 install_missing_packages() {
   if [[ "${RESNORM_SKIP_APT:-0}" == 1 ]] || ! command -v dpkg >/dev/null 2>&1; then
@@ -47,4 +54,19 @@ install_missing_packages
 # Build presets leave the job count to the build tool; make would otherwise build serially.
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
 
-cmake --workflow --preset "$preset"
+fuzz_seconds="${RESNORM_FUZZ_SECONDS:-60}"
+
+case "$mode" in
+  ci)
+    status=0
+    start=$SECONDS
+    cmake --workflow --preset sanitize || status=1
+    suite_seconds=$((SECONDS - start))
+    bash tests/fuzz/run.sh "$fuzz_seconds" || status=1
+    echo "tests/run.sh: sanitized suite ${suite_seconds} s, fuzzers $((SECONDS - start - suite_seconds)) s," \
+      "total $((SECONDS - start)) s: $( ((status == 0)) && echo passed || echo FAILED)"
+    exit "$status"
+    ;;
+  fuzz) exec bash tests/fuzz/run.sh "$fuzz_seconds" ;;
+  *) exec cmake --workflow --preset "$mode" ;;
+esac
