@@ -13,14 +13,19 @@
 //
 // Numerics: mean(x²) accumulates in accumulator_t<Scalar> (double for float), eps inside the
 // square root; eps = 0 on an all-zero row gives 0 · inf = NaN in that row, as the maths says.
+// For float and double, forward, rstd_of and the saved-stats vjp run the row kernels of
+// kernels/rms_norm_kernel.hpp in double arithmetic (each output rounded once; rows whose squares
+// leave the double range are scaled first); other scalars (long double) take the loops below.
 #pragma once
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "resnorm/detail/check.hpp"
 #include "resnorm/differentiable_map.hpp"
+#include "resnorm/kernels/rms_norm_kernel.hpp"
 #include "resnorm/matrix.hpp"
 
 namespace resnorm {
@@ -42,6 +47,8 @@ class rms_norm {
  public:
   using scalar_type = Scalar;
   using accumulator_type = accumulator_t<Scalar>;
+  static constexpr bool uses_kernel =
+      std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>;
 
   vector<Scalar> gamma;       // d, or empty: no scale
   Scalar eps = Scalar(1e-6);  // as T5 and LLaMA
@@ -72,6 +79,13 @@ class rms_norm {
 
   rms_norm_output<Scalar> forward_with_stats(matrix_cref<Scalar> x) const {
     check_x("rms_norm::forward_with_stats", x);
+    if constexpr (uses_kernel) {
+      rms_norm_output<Scalar> out{matrix<Scalar>(x.rows(), x.cols()),
+                                  vector<accumulator_type>(x.rows())};
+      rms_norm_forward_into<Scalar, accumulator_type>(x, gamma, static_cast<double>(eps), out.y,
+                                                      out.rstd);
+      return out;
+    }
     rms_norm_output<Scalar> out{matrix<Scalar>(x.rows(), x.cols()), rstd_of(x)};
     for (index t = 0; t < x.rows(); ++t) {
       const auto xhat = x.row(t).template cast<accumulator_type>().array() * out.rstd[t];
@@ -88,8 +102,15 @@ class rms_norm {
   vector<accumulator_type> rstd_of(matrix_cref<Scalar> x) const {
     // eps is a public member, so it is checked on every call, not only at construction.
     check_x("rms_norm::rstd_of", x);
-    const accumulator_type d = static_cast<accumulator_type>(x.cols());
     vector<accumulator_type> rstd(x.rows());
+    if constexpr (uses_kernel) {
+      for (index t = 0; t < x.rows(); ++t) {
+        rstd[t] =
+            kernels::rms_norm_row_rstd<double>(x.row(t).data(), x.cols(), static_cast<double>(eps));
+      }
+      return rstd;
+    }
+    const accumulator_type d = static_cast<accumulator_type>(x.cols());
     for (index t = 0; t < x.rows(); ++t) {
       const accumulator_type ms =
           d > 0 ? x.row(t).template cast<accumulator_type>().squaredNorm() / d : 0;
@@ -116,6 +137,12 @@ class rms_norm {
     detail::check_same_shape("rms_norm::vjp", "dy", dy, "x", x);
     detail::check_length("rms_norm::vjp", "rstd", rstd.size(), "x", x.rows(), "rows");
     const index d = x.cols();
+    if constexpr (uses_kernel) {
+      rms_norm_grad<Scalar> grad{matrix<Scalar>(x.rows(), d), vector<Scalar>(has_gamma() ? d : 0)};
+      kernels::kernel_workspace ws;
+      rms_norm_vjp_into<Scalar, accumulator_type>(x, dy, gamma, rstd, grad.dx, grad.dgamma, ws);
+      return grad;
+    }
     const accumulator_type inv_d = d > 0 ? accumulator_type(1) / accumulator_type(d) : 0;
     using acc_row = Eigen::Array<accumulator_type, 1, Eigen::Dynamic>;
     acc_row dgamma = acc_row::Zero(has_gamma() ? d : 0);
