@@ -250,3 +250,23 @@ TEMPLATE_TEST_CASE("gelu: the largest finite |x| gives finite values and derivat
     CHECK(d(0, 1) == S(0));
   }
 }
+
+TEMPLATE_TEST_CASE("gelu: infinities give the limits and NaN stays NaN", "[gelu][edge]", float,
+                   double, long double) {
+  using S = TestType;
+  // GELU(x) = x·Φ(x): x → +inf gives +inf, x → −inf gives 0 (from below); GELU'(x) → 1 and 0.
+  const S inf = std::numeric_limits<S>::infinity(), nan = std::numeric_limits<S>::quiet_NaN();
+  for (const gelu_approximation form : {gelu_approximation::erf, gelu_approximation::tanh}) {
+    CAPTURE(form == gelu_approximation::erf ? "erf" : "tanh");
+    matrix<S> x(1, 3);
+    x << inf, -inf, nan;
+    const gelu<S> f(form);
+    const matrix<S> y = f.forward(x), d = f.derivative(x);
+    CHECK(y(0, 0) == inf);
+    CHECK(y(0, 1) == S(0));
+    CHECK(std::isnan(y(0, 2)));
+    CHECK(d(0, 0) == S(1));
+    CHECK(d(0, 1) == S(0));
+    CHECK(std::isnan(d(0, 2)));
+  }
+}

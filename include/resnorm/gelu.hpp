@@ -37,7 +37,9 @@ template <class T>
 T gelu_erf(T x) {
   using A = accumulator_t<T>;
   const A a = static_cast<A>(x);
-  return static_cast<T>(A(0.5) * a * std::erfc(-a * std::numbers::sqrt2_v<A> / A(2)));
+  const A upper = std::erfc(-a * std::numbers::sqrt2_v<A> / A(2));
+  // Far left the tail Φ(x) underflows to 0: the limit is −0 (x · 0 would be NaN at −inf).
+  return static_cast<T>(upper == A(0) ? -A(0) : A(0.5) * a * upper);
 }
 
 template <class T>
@@ -47,7 +49,8 @@ T gelu_erf_derivative(T x) {
   const A cdf = A(0.5) * std::erfc(-a * std::numbers::sqrt2_v<A> / A(2));
   const A pdf =
       std::exp(A(-0.5) * a * a) * std::numbers::inv_sqrtpi_v<A> / std::numbers::sqrt2_v<A>;
-  return static_cast<T>(cdf + a * pdf);
+  // Where the density underflows, x · pdf → 0 (x · 0 would be NaN at ±inf).
+  return static_cast<T>(pdf == A(0) ? cdf : cdf + a * pdf);
 }
 
 namespace detail {
@@ -65,7 +68,9 @@ T gelu_tanh(T x) {
   using A = accumulator_t<T>;
   const A a = static_cast<A>(x);
   const A u = detail::gelu_tanh_k0<A> * (a + detail::gelu_tanh_k1<A> * a * a * a);
-  return static_cast<T>(a / (A(1) + std::exp(A(-2) * u)));
+  const A denominator = A(1) + std::exp(A(-2) * u);
+  // x → −inf: x / inf would be NaN; the limit is −0.
+  return static_cast<T>(std::isinf(denominator) ? -A(0) : a / denominator);
 }
 
 // ½ (1 + tanh u) + ½ x (1 − tanh² u) u' = s + 2 x s (1 − s) u', with s = σ(2u) and
