@@ -27,7 +27,7 @@
 #include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
-#if defined(__FMA__) || defined(__AVX512F__)
+#if defined(__FMA__) || defined(__AVX512F__) || defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
 
@@ -99,6 +99,16 @@ template <class T, class V>
 RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
   using C = std::remove_cvref_t<decltype(v[0])>;
   constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
+#if defined(__AVX512BF16__)
+  // One instruction rounds 16 floats to bf16 (to nearest even, NaN kept quiet NaN). Unlike the
+  // integer form below it flushes subnormal floats to zero: a normalised output is never that
+  // small unless it is 0 anyway.
+  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float> && n == 16) {
+    const __m256bh narrow = _mm512_cvtneps_pbh(v);
+    std::memcpy(static_cast<void*>(p), &narrow, sizeof narrow);
+    return;
+  }
+#endif
   if constexpr (std::is_same_v<T, bf16>) {
     using u32 = vec<std::uint32_t, n>;
     const u32 u = std::bit_cast<u32>(__builtin_convertvector(v, vec<float, n>));
