@@ -25,6 +25,13 @@
 // redone in double arithmetic; in double, such rows (|x − mean| ≳ 1e154 or ≲ 1e-145) are
 // scaled by a power of two before squaring. Sums are folded in a fixed order and dγ, dβ are
 // reduced in fixed row blocks (parallel.hpp): any thread count, the same bits.
+//
+// Non-finite rows: a NaN or ±Inf in row t makes all of row t's y and dx NaN (its mean and
+// variance are NaN) and leaves every other row's y and dx bit for bit as they would be without
+// it. The column sums follow IEEE arithmetic with no masking: dβ = Σ_t dy_t never reads x and is
+// unaffected; dγ = Σ_t dy_t ⊙ xhat_t is NaN in every column, because row t's xhat is NaN
+// throughout. (RMSNorm: an Inf at column j of row t gives xhat_t = 0·Inf = NaN at j only and 0
+// elsewhere, so only dγ_j is NaN.) A caller that wants to skip such rows must drop them first.
 #pragma once
 
 #include <algorithm>
