@@ -77,8 +77,9 @@ struct square_range {
   static constexpr double min_mean_square = std::is_same_v<C, float> ? 0x1p-90 : 0x1p-960;
   static constexpr double eps_dominates = std::is_same_v<C, float> ? 0x1p-60 : 0x1p-900;
   static bool handles(double square_sum, double inv_d, double eps) {
+    // A zero sum is no exception: squares of tiny nonzero values underflow to 0 as well.
     return std::isfinite(square_sum) &&
-           (square_sum * inv_d >= min_mean_square || eps >= eps_dominates || square_sum == 0);
+           (square_sum * inv_d >= min_mean_square || eps >= eps_dominates);
   }
 };
 

@@ -57,6 +57,7 @@ RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps
       // Σ(x·2^-e)² with the mean of x shifted back in: Σx²/d = var + mean².
       double largest = 0;
       for (index j = 0; j < d; ++j) largest = std::max(largest, std::abs(load_as<double>(x[j])));
+      if (largest == 0) return {1.0 / std::sqrt(eps), true};  // an all-zero row
       if (std::isfinite(largest)) {
         const int e = std::ilogb(largest);
         double squares = 0;
