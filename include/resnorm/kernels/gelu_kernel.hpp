@@ -27,6 +27,7 @@
 
 #include "resnorm/detail/check.hpp"
 #include "resnorm/kernels/parallel.hpp"
+#include "resnorm/kernels/simd.hpp"
 #include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
@@ -36,8 +37,11 @@ enum class gelu_approximation { erf, tanh };
 
 namespace kernels {
 
+// The element functions below run inside the vectorised row loop, so they are always inlined:
+// a call per element (which GCC chose when a translation unit instantiated several of them)
+// runs the loop scalar, several times slower.
 // e^x in float, clamped to [−87.3, 88.3] so that 2^k stays a normal float. NaN in, NaN out.
-inline float exp_float(float x) {
+RESNORM_SIMD_INLINE float exp_float(float x) {
   // Comparisons rather than std::min/std::max, whose precondition a NaN breaks: every comparison
   // with NaN is false, so a NaN x passes through unchanged and reaches the result through r and p.
   x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
@@ -69,7 +73,7 @@ struct phi_parts {
   float cdf, gauss;
 };
 
-inline phi_parts normal_cdf_float(float x) {
+RESNORM_SIMD_INLINE phi_parts normal_cdf_float(float x) {
   const float z = std::abs(x) * 0.707106781f;  // |x|/√2
   const float t = 1.f / (1.f + 0.3275911f * z);
   float poly = 1.061405429f;
@@ -92,7 +96,7 @@ inline constexpr double tanh_k0 = std::numbers::sqrt2 * std::numbers::inv_sqrtpi
 inline constexpr double tanh_k1 = 0.044715;
 
 template <class C>
-C gelu_erf_value(C x) {
+RESNORM_SIMD_INLINE C gelu_erf_value(C x) {
   if constexpr (std::is_same_v<C, float>) {
     // Below −13.2, |GELU(x)| < 6e-39 (under FLT_MIN) and Φ(x) is at most a subnormal, so the
     // factor x is held at −13.2: the product stays below 1e-37, and x = −inf gives −13.2 · 0 = −0
@@ -108,7 +112,7 @@ C gelu_erf_value(C x) {
 }
 
 template <class C>
-C gelu_erf_slope(C x) {
+RESNORM_SIMD_INLINE C gelu_erf_slope(C x) {
   if constexpr (std::is_same_v<C, float>) {
     const phi_parts p = normal_cdf_float(x);
     // Φ(x) alone beyond |x| = 13.2 (see gauss_floor_x); a NaN x fails the comparison and
@@ -126,7 +130,7 @@ C gelu_erf_slope(C x) {
 
 // σ(2u): 1/(1 + e^(−2u)); no cancellation for x ≪ 0, unlike 1 + tanh u.
 template <class C>
-C gelu_tanh_sigma(C x) {
+RESNORM_SIMD_INLINE C gelu_tanh_sigma(C x) {
   const C u = static_cast<C>(tanh_k0) * (x + static_cast<C>(tanh_k1) * x * x * x);
   if constexpr (std::is_same_v<C, float>) {
     return 1.f / (1.f + exp_float(-2.f * u));
@@ -136,7 +140,7 @@ C gelu_tanh_sigma(C x) {
 }
 
 template <class C>
-C gelu_tanh_value(C x) {
+RESNORM_SIMD_INLINE C gelu_tanh_value(C x) {
   const C s = gelu_tanh_sigma(x);
   if constexpr (std::is_same_v<C, float>) {
     // exp_float's clamp holds σ(2u) near 4.6e-39 below x ≈ −10.1, so x · σ would grow with |x|,
@@ -149,7 +153,7 @@ C gelu_tanh_value(C x) {
 }
 
 template <class C>
-C gelu_tanh_slope(C x) {
+RESNORM_SIMD_INLINE C gelu_tanh_slope(C x) {
   const C s = gelu_tanh_sigma(x);
   const C du = static_cast<C>(tanh_k0) * (C(1) + C(3) * static_cast<C>(tanh_k1) * x * x);
   // 2σ(1 − σ) is exactly 0 where σ saturates; x · du may then overflow, and 0 · inf is NaN.
