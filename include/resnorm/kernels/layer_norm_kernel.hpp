@@ -21,7 +21,7 @@
 // (Σc²/d − (Σc/d)²): the corrected two-pass algorithm, never E[x²] − E[x]². The mean is kept as
 // hi + lo so that x − mean is formed with one rounding even on rows of large offset
 // (x = 1e4 + N(0, 1) in float). A float row whose squares would overflow or underflow float
-// (|x − mean| ≳ 1e19, or a spread ≲ 1e-14 with eps < 1e-18), or that holds NaN or ±Inf, is
+// (|x − mean| ≳ 1e19, or a spread ≲ 1e-14), or that holds NaN or ±Inf, is
 // redone in double arithmetic; in double, such rows (|x − mean| ≳ 1e154 or ≲ 1e-145) are
 // scaled by a power of two before squaring. Sums are folded in a fixed order and dγ, dβ are
 // reduced in fixed row blocks (parallel.hpp): any thread count, the same bits.
@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "resnorm/detail/check.hpp"
@@ -75,7 +76,10 @@ struct row_centre {
 template <class C>
 struct square_range {
   static constexpr double min_mean_square = std::is_same_v<C, float> ? 0x1p-90 : 0x1p-960;
-  static constexpr double eps_dominates = std::is_same_v<C, float> ? 0x1p-60 : 0x1p-900;
+  // In float, eps never excuses a tiny spread: xhat = (x − mean)·rstd would itself be a
+  // subnormal float, which a large γ brings back into view with a few bits left.
+  static constexpr double eps_dominates =
+      std::is_same_v<C, float> ? std::numeric_limits<double>::infinity() : 0x1p-900;
   static bool handles(double square_sum, double inv_d, double eps) {
     // A zero sum is no exception: squares of tiny nonzero values underflow to 0 as well.
     return std::isfinite(square_sum) &&
@@ -291,12 +295,20 @@ RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
 // too short to hide the reductions' latency.
 inline constexpr std::size_t group_row_bytes = 2048;
 
-// True when float arithmetic holds a backward row from these stats and sums without overflow
-// or a subnormal rstd.
-inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx) {
+// True when float arithmetic holds a backward row: no overflow (stats, Σg, Σg·xhat below 2^100)
+// and nothing sinking towards float's subnormals, where products keep only a few bits: the
+// normalised values must not all be tiny (mean xhat² ≥ 2^-90; a constant row, xhat = 0, goes to
+// double too) and the sums must be 0 or at least 2^-100.
+inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx, double sum_xx,
+                                    index d) {
   constexpr double limit = 0x1p100;
-  return std::abs(s.mean) <= 0x1p127 && s.rstd >= 1 / limit && s.rstd <= limit &&
-         std::abs(sum_g) <= limit && std::abs(sum_gx) <= limit;
+  // Every test is written to fail for NaN (a NaN or Inf in the row goes to double, where IEEE
+  // arithmetic carries it to the row's outputs).
+  const double g = std::abs(sum_g), gx = std::abs(sum_gx);
+  const bool sums_finite = g <= limit && gx <= limit;
+  const bool sums_not_tiny = (g == 0 && gx == 0) || g >= 1 / limit || gx >= 1 / limit;
+  return std::abs(s.mean) <= 0x1p127 && s.rstd >= 1 / limit && s.rstd <= limit && sums_finite &&
+         sums_not_tiny && sum_xx >= 0x1p-90 * static_cast<double>(d);
 }
 
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
@@ -352,21 +364,26 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
   };
   const double inv_d = 1.0 / static_cast<double>(d);
   for (int r = 0; r < R; ++r) {
-    double sum_g = 0, sum_gx = 0;
+    double sum_g = 0, sum_gx = 0, sum_xx = 0;
     if constexpr (Centred) {
-      const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
+      const auto sums = simd::row_sums<C, 3>(d, [&](index j, auto tag) {
         const auto g = g_of(r, j, tag);
-        return std::array{g, g * xhat_of(r, j, tag)};
+        const auto xhat = xhat_of(r, j, tag);
+        return std::array{g, g * xhat, xhat * xhat};
       });
       sum_g = sums[0];
       sum_gx = sums[1];
+      sum_xx = sums[2];
     } else {
-      sum_gx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
-        return std::array{g_of(r, j, tag) * xhat_of(r, j, tag)};
-      })[0];
+      const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
+        const auto xhat = xhat_of(r, j, tag);
+        return std::array{g_of(r, j, tag) * xhat, xhat * xhat};
+      });
+      sum_gx = sums[0];
+      sum_xx = sums[1];
     }
     if constexpr (!std::is_same_v<C, double>) {
-      in_range = in_range && float_backward_in_range(rows.s[r], sum_g, sum_gx);
+      in_range = in_range && float_backward_in_range(rows.s[r], sum_g, sum_gx, sum_xx, d);
     }
     k[r].a = static_cast<C>(sum_g * inv_d);
     k[r].b = static_cast<C>(sum_gx * inv_d);
