@@ -133,14 +133,8 @@ RESNORM_SIMD_INLINE void store(T* p, C v) requires std::is_floating_point_v<C> {
 // ---- arithmetic ------------------------------------------------------------------------------
 
 // a·b + c, fused where the hardware has FMA (one rounding), else multiply then add.
-RESNORM_SIMD_INLINE float fma(float a, float b, float c) {
-#if defined(__FMA__)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-RESNORM_SIMD_INLINE double fma(double a, double b, double c) {
+template <class F>
+RESNORM_SIMD_INLINE F fma(F a, F b, F c) requires std::is_floating_point_v<F> {
 #if defined(__FMA__)
   return std::fma(a, b, c);
 #else
