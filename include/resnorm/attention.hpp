@@ -94,7 +94,9 @@ class causal_self_attention {
     a.v = x * wv;
     a.o.resize(T, dim());
     a.probs.reserve(static_cast<std::size_t>(heads));
-    for (index h = 0; h < heads; ++h) {
+    // No tokens, no heads to run: the per-head column blocks of an empty matrix would offset a
+    // null data pointer (undefined behaviour). The other passes skip them the same way.
+    for (index h = 0; T > 0 && h < heads; ++h) {
       matrix<Scalar> s = c * (a.q.middleCols(h * dk, dk) * a.k.middleCols(h * dk, dk).transpose());
       for (index t = 0; t < T; ++t) s.row(t).tail(T - t - 1).setConstant(minus_inf);
       a.probs.push_back(softmax_rows<Scalar>(s));
@@ -122,7 +124,7 @@ class causal_self_attention {
     grad.dwo = a.o.transpose() * dy;
     const matrix<Scalar> d_o = dy * wo.transpose();
     matrix<Scalar> dq(T, dim()), dk_all(T, dim()), dv(T, dim());
-    for (index h = 0; h < heads; ++h) {
+    for (index h = 0; T > 0 && h < heads; ++h) {
       const auto& p = a.probs[static_cast<std::size_t>(h)];
       const matrix<Scalar> dp = d_o.middleCols(h * dk, dk) * a.v.middleCols(h * dk, dk).transpose();
       dv.middleCols(h * dk, dk).noalias() = p.transpose() * d_o.middleCols(h * dk, dk);
@@ -152,7 +154,7 @@ class causal_self_attention {
     const Scalar c = score_scale();
     const matrix<Scalar> dq = v * wq, dk_all = v * wk, dv = v * wv;
     matrix<Scalar> d_o(T, dim());
-    for (index h = 0; h < heads; ++h) {
+    for (index h = 0; T > 0 && h < heads; ++h) {
       const auto& p = a.probs[static_cast<std::size_t>(h)];
       const matrix<Scalar> ds =
           c * (dq.middleCols(h * dk, dk) * a.k.middleCols(h * dk, dk).transpose() +

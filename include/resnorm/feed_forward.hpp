@@ -81,10 +81,10 @@ class feed_forward {
     const gelu<Scalar> act = activation();
     feed_forward_grad<Scalar> grad;
     grad.dw2 = act.forward(h).transpose() * dy;
-    grad.db2 = dy.colwise().sum().transpose();
+    grad.db2 = column_sums(dy);
     const matrix<Scalar> dh = (dy * w2.transpose()).cwiseProduct(act.derivative(h));
     grad.dw1 = x.transpose() * dh;
-    grad.db1 = dh.colwise().sum().transpose();
+    grad.db1 = column_sums(dh);
     grad.dx = dh * w1.transpose();
     return grad;
   }

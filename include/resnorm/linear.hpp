@@ -66,7 +66,7 @@ class linear {
                                       detail::shape_string(weight.rows(), weight.cols()) + ")");
     }
     linear_grad<Scalar> grad{dy * weight.transpose(), x.transpose() * dy, {}};
-    if (has_bias()) grad.dbias = dy.colwise().sum().transpose();
+    if (has_bias()) grad.dbias = column_sums(dy);
     return grad;
   }
 

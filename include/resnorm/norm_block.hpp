@@ -173,7 +173,7 @@ class norm_block {
         grad.dscale = vector<scalar_type>::Constant(1, dz_g.sum());
         dg *= scale[0];
       } else {
-        grad.dscale = dz_g.colwise().sum().transpose();
+        grad.dscale = column_sums(dz_g);
         dg = dg * scale.asDiagonal();
       }
     }
