@@ -779,6 +779,32 @@ TEMPLATE_TEST_CASE("accuracy: a tall matrix, T = 1e6 and d = 8",
   }
 }
 
+TEST_CASE("accuracy: double rows whose sums of gamma·dy overflow double keep dx",
+          "[accuracy][layer_norm][rms_norm][add_norm][edge]") {
+  // dy ≈ 1e307, all of one sign, over d = 64: Σγ·dy and Σγ·dy·xhat pass DBL_MAX (1.8e308)
+  // although every dy, every product and every dx is finite. The kernels sum a rescaled g.
+  const Index T = 3, dim = 64;
+  const matrix<double> x = random_matrix<double>(T, dim, 95);
+  const matrix<double> dy = rows_of<double>(T, dim, [&](Index t, Index j) {
+    return 1e307 * (1.0 + 0.5 * std::sin(double(t * dim + j)));
+  });
+  const matrix<double> ds = random_matrix<double>(T, dim, 96);
+  const vector<double> gamma = random_vector<double>(dim, 97, 0.25, 1.0);
+  const vector<double> beta = random_vector<double>(dim, 98);
+  REQUIRE(std::isinf((dy.row(0) * gamma.asDiagonal()).sum()));  // the naive row sum overflows
+  for (const path p : all_paths) {
+    CAPTURE(path_name(p));
+    const norm_run<double> r = run_path<double>(p, x, x, dy, ds, gamma, beta, 1e-5);
+    CHECK(r.dx.allFinite());
+    const norm_errors e = measure(p, r, dy, ds, gamma, beta, 1e-5);
+    const double tol = base_tolerance<double>(p) + e.kappa * dim * eps_double * 4;
+    CAPTURE(e.kappa, tol);
+    CHECK(e.y <= tol);
+    CHECK(e.dx <= tol);
+    CHECK(e.dgamma <= tol + T * eps_double * 2);
+  }
+}
+
 // ---- GELU --------------------------------------------------------------------------------------
 
 namespace {

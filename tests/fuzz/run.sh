@@ -3,18 +3,18 @@
 # directory and runs each for a bounded time, starting from the seed corpus in
 # tests/fuzz/corpus/<target>/. Exits non-zero if any target crashes or fails a check.
 #
-#   tests/fuzz/run.sh [seconds per target, default 45]
+#   tests/fuzz/run.sh [seconds per target, default 60]
 #   tests/fuzz/run.sh 0        # replay: run every committed seed input once, explore nothing
 #
-# Inputs the fuzzers found that still fail are kept in tests/fuzz/open/ (not part of the corpus):
-# build/fuzz/resnorm_fuzz_<target> tests/fuzz/open/<file> replays one.
+# A failed check saves its input under build/fuzz/artifacts/; build/fuzz/resnorm_fuzz_<target>
+# <file> replays it. Once fixed, a find goes into the seed corpus (find_<what>), so CI replays it.
 #
 # Environment: RESNORM_FUZZ_BUILD_DIR (default build/fuzz), CXX (default clang++).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "${here}/../.." && pwd)"
-seconds=45
+seconds=60
 for arg in "$@"; do
   case "${arg}" in
     *[!0-9]* | "") echo "usage: $0 [seconds]" >&2; exit 2 ;;

@@ -23,7 +23,9 @@
 // (x = 1e4 + N(0, 1) in float). A float row whose squares would overflow or underflow float
 // (|x − mean| ≳ 1e19, or a spread ≲ 1e-14), or that holds NaN or ±Inf, is
 // redone in double arithmetic; in double, such rows (|x − mean| ≳ 1e154 or ≲ 1e-145) are
-// scaled by a power of two before squaring. Sums are folded in a fixed order and dγ, dβ are
+// scaled by a power of two before squaring. In the backward, a float row whose sums leave float's
+// range goes to double, and a double row whose Σg or Σg·xhat overflows (g = dy ⊙ γ) sums
+// g·2^-s instead and scales dx back. Sums are folded in a fixed order and dγ, dβ are
 // reduced in fixed row blocks (parallel.hpp): any thread count, the same bits.
 //
 // Non-finite rows: a NaN or ±Inf in row t makes all of row t's y and dx NaN (its mean and
@@ -231,8 +233,15 @@ RESNORM_SIMD_INLINE void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index
 template <class C, bool HasGamma, bool HasBeta, class T>
 RESNORM_WIDE_VECTORS row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
                                                       const param_t<T>* beta, double eps,
-                                                      bool stream, T* y, next_row<T> next) {
-  const auto m = layer_norm_moments<C>(x, d, eps);
+                                                      bool stream, T* y, next_row<T> next);
+
+// The rest of a row's forward once its moments m are known: y from them, or the whole row again
+// in double when they are out of C's range.
+template <class C, bool HasGamma, bool HasBeta, class T>
+RESNORM_SIMD_INLINE row_stats layer_norm_row_finish(const T* x, index d, const param_t<T>* gamma,
+                                                    const param_t<T>* beta, double eps, bool stream,
+                                                    T* y, next_row<T> next,
+                                                    const layer_norm_moments_t<C>& m) {
   if constexpr (!std::is_same_v<C, double>) {
     if (!m.in_range) {
       return layer_norm_row_forward<double, HasGamma, HasBeta>(x, d, gamma, beta, eps, stream, y,
@@ -259,6 +268,14 @@ RESNORM_WIDE_VECTORS row_stats layer_norm_row_forward(const T* x, index d, const
     stream_copy(y + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
   }
   return m.stats;
+}
+
+template <class C, bool HasGamma, bool HasBeta, class T>
+RESNORM_WIDE_VECTORS row_stats layer_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
+                                                      const param_t<T>* beta, double eps,
+                                                      bool stream, T* y, next_row<T> next) {
+  return layer_norm_row_finish<C, HasGamma, HasBeta>(x, d, gamma, beta, eps, stream, y, next,
+                                                     layer_norm_moments<C>(x, d, eps));
 }
 
 // R narrow rows at once: each pass runs over the R rows before the next pass starts, so the R
@@ -336,16 +353,18 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
                                          const param_t<T>* RESNORM_RESTRICT gamma,
                                          A* RESNORM_RESTRICT dgamma, A* RESNORM_RESTRICT dbeta) {
   using simd::load, simd::splat;
+  // g_scale: 1, or (double rows only) the power of two that brings g = dy ⊙ γ back into range
+  // when its sums overflow; out_scale = rstd / g_scale then undoes it in dx (dx is linear in g).
   struct row_constants {
     row_centre<C> centre;
-    C rstd = 0, lo_rstd = 0, a = 0, b = 0;
+    C rstd = 0, lo_rstd = 0, a = 0, b = 0, g_scale = 1, out_scale = 0;
   };
   std::array<row_constants, R> k{};
   bool in_range = true;
   for (int r = 0; r < R; ++r) {
     const row_centre<C> centre(rows.s[r].mean);
     const C rstd = static_cast<C>(rows.s[r].rstd);
-    k[r] = {centre, rstd, -(centre.lo * rstd), C(0), C(0)};
+    k[r] = {centre, rstd, -(centre.lo * rstd), C(0), C(0), C(1), rstd};
   }
   auto xhat_of = [&](int r, index j, auto tag) {
     if constexpr (Centred) {
@@ -356,33 +375,63 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     }
   };
   auto g_of = [&](int r, index j, auto tag) {
-    if constexpr (HasGamma) {
-      return load<C>(rows.dy[r] + j, tag) * load<C>(gamma + j, tag);
-    } else {
-      return load<C>(rows.dy[r] + j, tag);
-    }
+    auto g = load<C>(rows.dy[r] + j, tag);
+    // Scaled first (exact: a power of two), as dy·γ itself may overflow.
+    if constexpr (std::is_same_v<C, double>) g *= k[r].g_scale;
+    if constexpr (HasGamma) g *= load<C>(gamma + j, tag);
+    return g;
   };
   const double inv_d = 1.0 / static_cast<double>(d);
   for (int r = 0; r < R; ++r) {
     double sum_g = 0, sum_gx = 0, sum_xx = 0;
-    if constexpr (Centred) {
-      const auto sums = simd::row_sums<C, 3>(d, [&](index j, auto tag) {
-        const auto g = g_of(r, j, tag);
-        const auto xhat = xhat_of(r, j, tag);
-        return std::array{g, g * xhat, xhat * xhat};
-      });
-      sum_g = sums[0];
-      sum_gx = sums[1];
-      sum_xx = sums[2];
+    auto sum_row = [&] {
+      if constexpr (Centred) {
+        const auto sums = simd::row_sums<C, 3>(d, [&](index j, auto tag) {
+          const auto g = g_of(r, j, tag);
+          const auto xhat = xhat_of(r, j, tag);
+          return std::array{g, g * xhat, xhat * xhat};
+        });
+        sum_g = sums[0];
+        sum_gx = sums[1];
+        sum_xx = sums[2];
+      } else {
+        const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
+          const auto xhat = xhat_of(r, j, tag);
+          return std::array{g_of(r, j, tag) * xhat, xhat * xhat};
+        });
+        sum_gx = sums[0];
+        sum_xx = sums[1];
+      }
+    };
+    sum_row();
+    if constexpr (std::is_same_v<C, double>) {
+      // Σg or Σg·xhat beyond 2^1000 (up to d·|g|·sqrt(d) of finite g, or g = dy·γ itself past
+      // double): sum g·2^-s instead, with the largest |g| brought near 2^900. Its exponent is
+      // taken as max(ilogb dy + ilogb γ), which cannot overflow. A NaN or Inf in the row leaves
+      // it unscaled: its outputs are NaN either way.
+      if (!(std::abs(sum_g) <= 0x1p1000 && std::abs(sum_gx) <= 0x1p1000)) {
+        int largest = std::numeric_limits<int>::min();
+        bool finite = true;
+        for (index j = 0; j < d; ++j) {
+          const double dy_j = load_as<double>(rows.dy[r][j]);
+          const double gamma_j = HasGamma ? load_as<double>(gamma[j]) : 1.0;
+          // ilogb of NaN, Inf or 0 is not an exponent (INT_MIN / INT_MAX / FP_ILOGB0).
+          const bool finite_j = std::isfinite(dy_j) && std::isfinite(gamma_j);
+          finite = finite && finite_j;
+          if (finite_j && dy_j != 0 && gamma_j != 0) {
+            largest = std::max(largest, std::ilogb(dy_j) + std::ilogb(gamma_j));
+          }
+        }
+        if (finite && largest > 900) {
+          // At most 2^-1022, the smallest normal power of two: |g| up to 2^1900 is covered, past
+          // both |dy| and |γ| near 1e300 the sums still overflow (outside the stated domain).
+          const int shift = std::min(largest - 900, 1022);
+          k[r].g_scale = std::ldexp(1.0, -shift);
+          k[r].out_scale = std::ldexp(k[r].rstd, shift);
+          sum_row();
+        }
+      }
     } else {
-      const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
-        const auto xhat = xhat_of(r, j, tag);
-        return std::array{g_of(r, j, tag) * xhat, xhat * xhat};
-      });
-      sum_gx = sums[0];
-      sum_xx = sums[1];
-    }
-    if constexpr (!std::is_same_v<C, double>) {
       in_range = in_range && float_backward_in_range(rows.s[r], sum_g, sum_gx, sum_xx, d);
     }
     k[r].a = static_cast<C>(sum_g * inv_d);
@@ -418,7 +467,7 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
       const auto xhat = xhat_of(r, j, tag);
       auto v = g_of(r, j, tag);
       if constexpr (Centred) v -= k[r].a;
-      v = (v - xhat * k[r].b) * k[r].rstd;
+      v = (v - xhat * k[r].b) * k[r].out_scale;
       if (zero_jacobian) v = xhat * C(0);  // 0, or NaN from a NaN row
       if constexpr (AddDs) v += load<C>(rows.ds[r] + j, tag);
       simd::store(rows.dx[r] + j, v);
