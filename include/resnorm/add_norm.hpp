@@ -17,11 +17,16 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <type_traits>
 
 #include "resnorm/detail/check.hpp"
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 #include "resnorm/kernels/parallel.hpp"
 #include "resnorm/kernels/rms_norm_kernel.hpp"
+#include "resnorm/kernels/simd.hpp"
 #include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
@@ -31,14 +36,55 @@ enum class add_norm_kind { layer_norm, rms_norm };
 
 namespace kernels {
 
-// Rows up to this width keep s in an L1 buffer and stream it out; wider rows write s normally
-// and normalise it from cache.
-inline constexpr index add_norm_row_buffer = 8192;
+// s = x + f over a row, stored (rounded to T), and the row sum of s, or of s², in C: the norm's
+// first pass fused into the add, so that s is read back only from L1. The sum is folded as the
+// norm's own first pass folds it (simd::row_sums), so y carries the same bits as the norm run on
+// the stored s. Squares: Σs² (RMSNorm), else Σs (LayerNorm's first mean).
+template <class C, bool Squares, class T>
+RESNORM_SIMD_INLINE double add_row_sum(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f,
+                                       index d, T* RESNORM_RESTRICT s) {
+  using simd::load;
+  return simd::row_sums<C, 1>(d, [&](index j, auto tag) {
+    auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
+    simd::store(s + j, v);
+    // The norm sees s as stored: rounded to T when T is narrower than C (bf16, or float rows
+    // redone in double).
+    if constexpr (!std::is_same_v<T, C>) v = load<C>(s + j, tag);
+    if constexpr (Squares) {
+      return std::array{v * v};
+    } else {
+      return std::array{v};
+    }
+  })[0];
+}
 
-template <class C, class T>
-RESNORM_WIDE_VECTORS void add_row(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f, index n,
-                                  T* RESNORM_RESTRICT s) {
-  for (index j = 0; j < n; ++j) s[j] = store<T>(load_as<C>(x[j]) + load_as<C>(f[j]));
+// One row: s = x + f, then y = LayerNorm(s) from L1. Same bits as layer_norm_row_forward on s.
+template <class C, bool HasGamma, bool HasBeta, class T>
+RESNORM_WIDE_VECTORS row_stats add_layer_norm_row(const T* x, const T* f, index d,
+                                                  const param_t<T>* gamma, const param_t<T>* beta,
+                                                  double eps, bool stream, T* s, T* y) {
+  // Times 1/d, as layer_norm_first_mean scales its sum (not / d: the same bits).
+  double mean0 = add_row_sum<C, false>(x, f, d, s) * (1.0 / static_cast<double>(d));
+  if constexpr (std::is_same_v<C, double>) {
+    if (std::isinf(mean0)) mean0 = layer_norm_first_mean<C>(s, d);  // Σs overflowed
+  }
+  return layer_norm_row_finish<C, HasGamma, HasBeta>(
+      s, d, gamma, beta, eps, stream, y, {s, y}, layer_norm_corrected_moments<C>(s, d, eps, mean0));
+}
+
+// One row: s = x + f, then y = RMSNorm(s) from L1. Same bits as rms_norm_row_forward on s.
+template <class C, bool HasGamma, class T>
+RESNORM_WIDE_VECTORS double add_rms_norm_row(const T* x, const T* f, index d,
+                                             const param_t<T>* gamma, double eps, bool stream, T* s,
+                                             T* y) {
+  const double sum_ss = add_row_sum<C, true>(x, f, d, s);
+  const double inv_d = 1.0 / static_cast<double>(d);
+  if (square_range<C>::handles(sum_ss, inv_d, eps)) {
+    return rms_norm_row_finish<C, HasGamma>(s, d, gamma, stream, y,
+                                            {1.0 / std::sqrt(sum_ss * inv_d + eps), true});
+  }
+  // Out of C's range (or NaN / Inf): the norm's own fallbacks, from the stored s.
+  return rms_norm_row_forward<C, HasGamma>(s, d, gamma, eps, stream, y);
 }
 
 template <class C, class T>
@@ -59,31 +105,49 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
   }
   const index d = x.cols();
   const bool stream = use_streaming_stores(static_cast<std::size_t>(y.size()) * sizeof(T));
-  const bool buffer_s = stream && d <= add_norm_row_buffer;
   double* mean_out = data_or_null(mean);
   double* rstd_out = data_or_null(rstd);
   const auto* g = data_or_null(gamma);
   const auto* b = data_or_null(beta);
+  auto keep = [&](index t, double row_mean, double row_rstd) {
+    if (mean_out) mean_out[t] = row_mean;
+    if (rstd_out) rstd_out[t] = row_rstd;
+  };
+  // Narrow LayerNorm rows: the adds of a group, then the group's norms overlapped, as the
+  // LayerNorm forward does (same bits).
+  const bool grouped = kind == add_norm_kind::layer_norm && !stream &&
+                       static_cast<std::size_t>(d) * sizeof(T) <= group_row_bytes;
   dispatch2(g != nullptr, b != nullptr, [&]<bool G, bool B>() {
     parallel_rows(x.rows(), d, [&](index begin, index end) {
-      alignas(64) T buffer[add_norm_row_buffer];
-      for (index t = begin; t < end; ++t) {
-        T* s_row = s.row(t).data();
-        // s into L1 (the buffer, streamed out) or into s itself (normalised from cache).
-        T* s_cached = buffer_s ? buffer : s_row;
-        add_row<C>(x.row(t).data(), f.row(t).data(), d, s_cached);
-        if (buffer_s) stream_copy(s_row, buffer, static_cast<std::size_t>(d) * sizeof(T));
+      index t = begin;
+      if (grouped) {
+        constexpr int R = rows_per_group;
+        for (; t + R <= end; t += R) {
+          const T* ss[R];
+          T* ys[R];
+          next_row<T> next[R];
+          row_stats st[R];
+          for (int r = 0; r < R; ++r) {
+            T* s_row = s.row(t + r).data();
+            add_row_sum<C, false>(x.row(t + r).data(), f.row(t + r).data(), d, s_row);
+            ss[r] = s_row;
+            ys[r] = y.row(t + r).data();
+            next[r] = {s_row, ys[r]};
+          }
+          layer_norm_group_forward<C, R, G, B>(ss, d, g, b, eps, ys, st, next);
+          for (int r = 0; r < R; ++r) keep(t + r, st[r].mean, st[r].rstd);
+        }
+      }
+      for (; t < end; ++t) {
         if (kind == add_norm_kind::layer_norm) {
-          const index next = t + 1 < end ? t + 1 : t;
           const row_stats st =
-              layer_norm_row_forward<C, G, B>(s_cached, d, g, b, eps, stream, y.row(t).data(),
-                                              next_row<T>{x.row(next).data(), y.row(next).data()});
-          if (mean_out) mean_out[t] = st.mean;
-          if (rstd_out) rstd_out[t] = st.rstd;
+              add_layer_norm_row<C, G, B>(x.row(t).data(), f.row(t).data(), d, g, b, eps, stream,
+                                          s.row(t).data(), y.row(t).data());
+          keep(t, st.mean, st.rstd);
         } else {
-          const double r = rms_norm_row_forward<C, G>(s_cached, d, g, eps, stream, y.row(t).data());
-          if (mean_out) mean_out[t] = 0;
-          if (rstd_out) rstd_out[t] = r;
+          keep(t, 0.0,
+               add_rms_norm_row<C, G>(x.row(t).data(), f.row(t).data(), d, g, eps, stream,
+                                      s.row(t).data(), y.row(t).data()));
         }
       }
       if (stream) stream_fence();

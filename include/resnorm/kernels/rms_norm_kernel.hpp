@@ -100,11 +100,12 @@ RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n
 
 template <class C, bool HasGamma, class T>
 RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
-                                                 double eps, bool stream, T* y) {
-  const rms_moments m = rms_norm_moments<C>(x, d, eps);
-  if constexpr (!std::is_same_v<C, double>) {
-    if (!m.in_range) return rms_norm_row_forward<double, HasGamma>(x, d, gamma, eps, stream, y);
-  }
+                                                 double eps, bool stream, T* y);
+
+// y from the row's moments m, once they are in C's range (m.in_range).
+template <class C, bool HasGamma, class T>
+RESNORM_SIMD_INLINE double rms_norm_row_finish(const T* x, index d, const param_t<T>* gamma,
+                                               bool stream, T* y, rms_moments m) {
   const C r = static_cast<C>(m.rstd);
   if (!stream) {
     rms_norm_row_apply<HasGamma>(x, d, r, gamma, y);
@@ -117,6 +118,16 @@ RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const para
     stream_copy(y + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
   }
   return m.rstd;
+}
+
+template <class C, bool HasGamma, class T>
+RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
+                                                 double eps, bool stream, T* y) {
+  const rms_moments m = rms_norm_moments<C>(x, d, eps);
+  if constexpr (!std::is_same_v<C, double>) {
+    if (!m.in_range) return rms_norm_row_forward<double, HasGamma>(x, d, gamma, eps, stream, y);
+  }
+  return rms_norm_row_finish<C, HasGamma>(x, d, gamma, stream, y, m);
 }
 
 // One row of the backward, b = mean(g ⊙ xhat):
