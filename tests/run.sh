@@ -3,9 +3,9 @@
 #
 #   bash tests/run.sh               # CI: workflow preset "sanitize" (the whole suite with clang
 #                                   # -O0 under AddressSanitizer + UBSan, -Werror), then "gcc"
-#                                   # (tests, benchmarks and examples built with g++ -O0 -Werror,
-#                                   # the tests run), then every libFuzzer target exploring for
-#                                   # RESNORM_FUZZ_SECONDS (default 60) s from its seed corpus
+#                                   # (headers, benchmarks and examples built with g++ -O0
+#                                   # -Werror, compile-fail tests), then every libFuzzer target
+#                                   # exploring RESNORM_FUZZ_SECONDS (default 60) s from its corpus
 #   bash tests/run.sh test          # one workflow preset from CMakePresets.json: test (g++ -O1
 #                                   # with asserts, -Werror), clang-test, sanitize, gcc, examples
 #   bash tests/run.sh fuzz          # only the fuzzers (tests/fuzz/run.sh); RESNORM_FUZZ_SECONDS=0
