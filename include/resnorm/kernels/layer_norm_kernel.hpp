@@ -91,8 +91,9 @@ struct square_range {
 
 // The moments of a double row outside square_range: each value v_j is scaled by 2^-e (2^e the
 // largest |v_j|) before squaring, so neither the squares nor their sum leave the double range.
-// value(j) returns v_j; returns {shift, rstd}: shift = Σv/d, rstd = 1/sqrt(var(v) + eps).
-template <class Value>
+// value(j) returns v_j; returns {shift, rstd}. Centred (LayerNorm): shift = Σv/d and
+// rstd = 1/sqrt(var(v) + eps). Not centred (RMSNorm): shift = 0, rstd = 1/sqrt(Σv²/d + eps).
+template <bool Centred = true, class Value>
 std::array<double, 2> scaled_moments(index d, double eps, const Value& value) {
   double largest = 0;
   for (index j = 0; j < d; ++j) largest = std::max(largest, std::abs(value(j)));
@@ -103,7 +104,7 @@ std::array<double, 2> scaled_moments(index d, double eps, const Value& value) {
   double sum = 0, squares = 0;
   for (index j = 0; j < d; ++j) {
     const double v = std::ldexp(value(j), -e);
-    sum += v;
+    if constexpr (Centred) sum += v;
     squares += v * v;
   }
   const double inv_d = 1.0 / static_cast<double>(d);

@@ -54,25 +54,11 @@ RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps
   }
   if constexpr (std::is_same_v<C, double>) {
     if (!std::isnan(sum_xx)) {
-      // Σ(x·2^-e)² with the mean of x shifted back in: Σx²/d = var + mean².
-      double largest = 0;
-      for (index j = 0; j < d; ++j) largest = std::max(largest, std::abs(load_as<double>(x[j])));
-      if (largest == 0) return {1.0 / std::sqrt(eps), true};  // an all-zero row
-      if (std::isfinite(largest)) {
-        const int e = std::ilogb(largest);
-        double squares = 0;
-        for (index j = 0; j < d; ++j) {
-          const double v = std::ldexp(load_as<double>(x[j]), -e);
-          squares += v * v;
-        }
-        const double eps_scaled = std::ldexp(eps, -2 * e);
-        const double rstd = std::isfinite(eps_scaled)
-                                ? std::ldexp(1.0 / std::sqrt(squares * inv_d + eps_scaled), -e)
-                                : 1.0 / std::sqrt(eps);
-        return {rstd, true};
-      }
+      // Scaled before squaring; a row holding ±Inf gets rstd = 0 (xhat = Inf·0 = NaN there).
+      return {scaled_moments<false>(d, eps, [&](index j) { return load_as<double>(x[j]); })[1],
+              true};
     }
-    // NaN or ±Inf in the row: IEEE arithmetic carries it to every output of the row.
+    // NaN in the row: IEEE arithmetic carries it to every output of the row.
     return {1.0 / std::sqrt(sum_xx * inv_d + eps), true};
   } else {
     return {0.0, false};
