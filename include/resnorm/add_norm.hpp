@@ -36,15 +36,30 @@ enum class add_norm_kind { layer_norm, rms_norm };
 
 namespace kernels {
 
+// The next row's pointers, pulled towards the cache while this row is worked on (the hardware
+// prefetcher stops at each 4 KiB page): f and s during the add pass, x and y during the norm's
+// last pass. The last row passes its own.
+template <class T>
+struct add_norm_next {
+  const T* x;
+  const T* f;
+  T* s;
+  T* y;
+};
+
 // s = x + f over a row, stored (rounded to T), and the row sum of s, or of s², in C: the norm's
 // first pass fused into the add, so that s is read back only from L1. The sum is folded as the
 // norm's own first pass folds it (simd::row_sums), so y carries the same bits as the norm run on
 // the stored s. Squares: Σs² (RMSNorm), else Σs (LayerNorm's first mean).
 template <class C, bool Squares, class T>
 RESNORM_SIMD_INLINE double add_row_sum(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f,
-                                       index d, T* RESNORM_RESTRICT s) {
+                                       index d, T* RESNORM_RESTRICT s, add_norm_next<T> next) {
   using simd::load;
   return simd::row_sums<C, 1>(d, [&](index j, auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), simd::vector_tag>) {
+      simd::prefetch_read(next.f + j);
+      simd::prefetch_write(next.s + j);
+    }
     auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
     simd::store(s + j, v);
     // The norm sees s as stored: rounded to T when T is narrower than C (bf16, or float rows
@@ -62,22 +77,24 @@ RESNORM_SIMD_INLINE double add_row_sum(const T* RESNORM_RESTRICT x, const T* RES
 template <class C, bool HasGamma, bool HasBeta, class T>
 RESNORM_WIDE_VECTORS row_stats add_layer_norm_row(const T* x, const T* f, index d,
                                                   const param_t<T>* gamma, const param_t<T>* beta,
-                                                  double eps, bool stream, T* s, T* y) {
+                                                  double eps, bool stream, T* s, T* y,
+                                                  add_norm_next<T> next) {
   // Times 1/d, as layer_norm_first_mean scales its sum (not / d: the same bits).
-  double mean0 = add_row_sum<C, false>(x, f, d, s) * (1.0 / static_cast<double>(d));
+  double mean0 = add_row_sum<C, false>(x, f, d, s, next) * (1.0 / static_cast<double>(d));
   if constexpr (std::is_same_v<C, double>) {
     if (std::isinf(mean0)) mean0 = layer_norm_first_mean<C>(s, d);  // Σs overflowed
   }
   return layer_norm_row_finish<C, HasGamma, HasBeta>(
-      s, d, gamma, beta, eps, stream, y, {s, y}, layer_norm_corrected_moments<C>(s, d, eps, mean0));
+      s, d, gamma, beta, eps, stream, y, {next.x, next.y},
+      layer_norm_corrected_moments<C>(s, d, eps, mean0));
 }
 
 // One row: s = x + f, then y = RMSNorm(s) from L1. Same bits as rms_norm_row_forward on s.
 template <class C, bool HasGamma, class T>
 RESNORM_WIDE_VECTORS double add_rms_norm_row(const T* x, const T* f, index d,
                                              const param_t<T>* gamma, double eps, bool stream, T* s,
-                                             T* y) {
-  const double sum_ss = add_row_sum<C, true>(x, f, d, s);
+                                             T* y, add_norm_next<T> next) {
+  const double sum_ss = add_row_sum<C, true>(x, f, d, s, next);
   const double inv_d = 1.0 / static_cast<double>(d);
   if (square_range<C>::handles(sum_ss, inv_d, eps)) {
     return rms_norm_row_finish<C, HasGamma>(s, d, gamma, stream, y,
@@ -109,6 +126,9 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
   double* rstd_out = data_or_null(rstd);
   const auto* g = data_or_null(gamma);
   const auto* b = data_or_null(beta);
+  auto next_of = [&](index t) {
+    return add_norm_next<T>{x.row(t).data(), f.row(t).data(), s.row(t).data(), y.row(t).data()};
+  };
   auto keep = [&](index t, double row_mean, double row_rstd) {
     if (mean_out) mean_out[t] = row_mean;
     if (rstd_out) rstd_out[t] = row_rstd;
@@ -129,25 +149,27 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
           row_stats st[R];
           for (int r = 0; r < R; ++r) {
             T* s_row = s.row(t + r).data();
-            add_row_sum<C, false>(x.row(t + r).data(), f.row(t + r).data(), d, s_row);
+            const index n = t + r + R < end ? t + r + R : t + r;  // the next group's row
+            add_row_sum<C, false>(x.row(t + r).data(), f.row(t + r).data(), d, s_row, next_of(n));
             ss[r] = s_row;
             ys[r] = y.row(t + r).data();
-            next[r] = {s_row, ys[r]};
+            next[r] = {x.row(n).data(), y.row(n).data()};
           }
           layer_norm_group_forward<C, R, G, B>(ss, d, g, b, eps, ys, st, next);
           for (int r = 0; r < R; ++r) keep(t + r, st[r].mean, st[r].rstd);
         }
       }
       for (; t < end; ++t) {
+        const add_norm_next<T> next = next_of(t + 1 < end ? t + 1 : t);
         if (kind == add_norm_kind::layer_norm) {
           const row_stats st =
               add_layer_norm_row<C, G, B>(x.row(t).data(), f.row(t).data(), d, g, b, eps, stream,
-                                          s.row(t).data(), y.row(t).data());
+                                          s.row(t).data(), y.row(t).data(), next);
           keep(t, st.mean, st.rstd);
         } else {
           keep(t, 0.0,
                add_rms_norm_row<C, G>(x.row(t).data(), f.row(t).data(), d, g, eps, stream,
-                                      s.row(t).data(), y.row(t).data()));
+                                      s.row(t).data(), y.row(t).data(), next));
         }
       }
       if (stream) stream_fence();
