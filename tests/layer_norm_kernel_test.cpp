@@ -183,39 +183,124 @@ TEST_CASE("layer_norm kernel: arguments are checked", "[layer_norm][kernel][erro
       std::invalid_argument, resnorm_test::message_contains("mean has 1 elements, x has 2 rows"));
 }
 
-// Outputs past kernels::streaming_min_bytes are computed a chunk at a time into L1 and written
-// with non-temporal stores; no test can allocate that much, so the row kernels are called with
-// stream = true directly. The chunking changes where results are written, never their values.
+// Outputs past kernels::streaming_min_bytes are written with non-temporal stores: a scalar head
+// until the output is aligned to a stored pack, then whole packs around the cache. No test can
+// allocate that much, so the row kernels are called with stream = true directly, on outputs at
+// every element offset from a 64-byte boundary (so every head length occurs). Where the results
+// are written changes, never their values.
+namespace {
+
+// Bitwise equality of n elements.
+template <class S>
+bool same_bits(const S* a, const S* b, Eigen::Index n) {
+  return std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
+}
+
+const std::vector<Eigen::Index> stream_dims = {1, 5, 37, 1024, 2500};
+
+// Element offsets 0 .. 64 / sizeof(S) − 1 into a buffer: every residue modulo any stored pack.
+template <class S>
+Eigen::Index stream_offsets() {
+  return static_cast<Eigen::Index>(64 / sizeof(S));
+}
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached rows bit for bit",
                    "[layer_norm][rms_norm][kernel][stream]", float, double, Eigen::bfloat16) {
   using S = TestType;
   namespace k = resnorm::kernels;
   using P = k::param_t<S>;
-  // Below, at, and across stream_chunk (1024), with a tail.
-  for (const Eigen::Index d : {Eigen::Index(5), Eigen::Index(1024), Eigen::Index(2500)}) {
-    CAPTURE(d);
+  for (const Eigen::Index d : stream_dims) {
     const matrix<float> source = random_matrix<float>(1, d, 90 + d, 2.0, 0.5);
     const matrix<S> x = source.template cast<S>();
     const vector<P> gamma = random_vector<P>(d, 91);
     const vector<P> beta = random_vector<P>(d, 92);
-    matrix<S> cached(1, d), streamed(1, d);
+    matrix<S> cached(1, d);
     const k::next_row<S> none{x.data(), cached.data()};
     const k::row_stats a = k::layer_norm_row_forward<k::compute_t<S>, true, true>(
         x.data(), d, gamma.data(), beta.data(), 1e-5, false, cached.data(), none);
-    const k::row_stats b = k::layer_norm_row_forward<k::compute_t<S>, true, true>(
-        x.data(), d, gamma.data(), beta.data(), 1e-5, true, streamed.data(), none);
-    k::stream_fence();
-    CHECK(a.mean == b.mean);
-    CHECK(a.rstd == b.rstd);
-    CHECK(std::memcmp(cached.data(), streamed.data(), sizeof(S) * static_cast<std::size_t>(d)) ==
-          0);
-    const double ra = k::rms_norm_row_forward<k::compute_t<S>, true>(x.data(), d, gamma.data(),
-                                                                     1e-5, false, cached.data());
-    const double rb = k::rms_norm_row_forward<k::compute_t<S>, true>(x.data(), d, gamma.data(),
-                                                                     1e-5, true, streamed.data());
-    k::stream_fence();
-    CHECK(ra == rb);
-    CHECK(std::memcmp(cached.data(), streamed.data(), sizeof(S) * static_cast<std::size_t>(d)) ==
-          0);
+    matrix<S> rms_cached(1, d);
+    const double ra = k::rms_norm_row_forward<k::compute_t<S>, true>(
+        x.data(), d, gamma.data(), 1e-5, false, rms_cached.data());
+    for (Eigen::Index offset = 0; offset < stream_offsets<S>(); ++offset) {
+      CAPTURE(d, offset);
+      matrix<S> buffer(1, d + stream_offsets<S>());
+      S* streamed = buffer.data() + offset;
+      const k::row_stats b = k::layer_norm_row_forward<k::compute_t<S>, true, true>(
+          x.data(), d, gamma.data(), beta.data(), 1e-5, true, streamed, {x.data(), streamed});
+      k::stream_fence();
+      CHECK(a.mean == b.mean);
+      CHECK(a.rstd == b.rstd);
+      CHECK(same_bits(cached.data(), streamed, d));
+      const double rb = k::rms_norm_row_forward<k::compute_t<S>, true>(x.data(), d, gamma.data(),
+                                                                       1e-5, true, streamed);
+      k::stream_fence();
+      CHECK(ra == rb);
+      CHECK(same_bits(rms_cached.data(), streamed, d));
+    }
+  }
+}
+
+// The backward's dx around the cache: a group of rows (dγ, dβ accumulated across them) and a
+// single row, LayerNorm and RMSNorm, against the same groups written with ordinary stores.
+TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed backward rows equal cached rows",
+                   "[layer_norm][rms_norm][kernel][stream]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  using C = k::compute_t<S>;
+  using P = k::param_t<S>;
+  constexpr int R = k::rows_per_group;
+  for (const Eigen::Index d : stream_dims) {
+    const matrix<S> x = random_matrix<float>(R, d, 93 + d, 2.0, 0.5).template cast<S>();
+    const matrix<S> dy = random_matrix<float>(R, d, 94 + d).template cast<S>();
+    const vector<P> gamma = random_vector<P>(d, 95);
+    // A row stride of whole 64-byte lines, so the group's rows share one alignment head.
+    const Eigen::Index stride =
+        (d + stream_offsets<S>() - 1) / stream_offsets<S>() * stream_offsets<S>();
+    for (Eigen::Index offset = 0; offset < stream_offsets<S>(); ++offset) {
+      CAPTURE(d, offset);
+      k::row_group<S, R> rows;
+      matrix<S> cached(1, R * stride + offset), streamed(1, R * stride + offset);
+      for (int r = 0; r < R; ++r) {
+        rows.x[r] = x.row(r).data();
+        rows.dy[r] = dy.row(r).data();
+        rows.ds[r] = nullptr;
+        rows.s[r] = k::layer_norm_row_stats<C>(x.row(r).data(), d, 1e-5);
+      }
+      auto run = [&](matrix<S>& out, bool stream, vector<C>& dgamma, vector<C>& dbeta) {
+        for (int r = 0; r < R; ++r) rows.dx[r] = out.data() + offset + r * stride;
+        rows.stream_dx = stream;
+        dgamma.setZero(d);
+        dbeta.setZero(d);
+        k::norm_group_vjp<C, R, true, true, true, true, false>(rows, d, gamma.data(), dgamma.data(),
+                                                               dbeta.data());
+        k::stream_fence();
+      };
+      vector<C> dgamma_a, dbeta_a, dgamma_b, dbeta_b;
+      run(cached, false, dgamma_a, dbeta_a);
+      run(streamed, true, dgamma_b, dbeta_b);
+      for (int r = 0; r < R; ++r) {
+        CHECK(same_bits(cached.data() + offset + r * stride, streamed.data() + offset + r * stride,
+                        d));
+      }
+      CHECK(same_bits(dgamma_a.data(), dgamma_b.data(), d));
+      CHECK(same_bits(dbeta_a.data(), dbeta_b.data(), d));
+
+      // One RMSNorm row, any alignment.
+      const double rstd = k::rms_norm_row_rstd<C>(x.data(), d, 1e-5);
+      k::row_group<S, 1> row{{x.data()}, {dy.data()}, {nullptr}, {nullptr}, {{0.0, rstd}}};
+      vector<C> rms_dgamma_a = vector<C>::Zero(d), rms_dgamma_b = vector<C>::Zero(d);
+      row.dx[0] = cached.data() + offset;
+      k::norm_group_vjp<C, 1, false, true, true, false, false>(
+          row, d, gamma.data(), rms_dgamma_a.data(), static_cast<C*>(nullptr));
+      row.dx[0] = streamed.data() + offset;
+      row.stream_dx = true;
+      k::norm_group_vjp<C, 1, false, true, true, false, false>(
+          row, d, gamma.data(), rms_dgamma_b.data(), static_cast<C*>(nullptr));
+      k::stream_fence();
+      CHECK(same_bits(cached.data() + offset, streamed.data() + offset, d));
+      CHECK(same_bits(rms_dgamma_a.data(), rms_dgamma_b.data(), d));
+    }
   }
 }

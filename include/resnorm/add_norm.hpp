@@ -47,24 +47,26 @@ struct add_norm_next {
   T* y;
 };
 
-// s = x + f over a row, stored (rounded to T), and the row sum of s, or of s², in C: the norm's
-// first pass fused into the add, so that s is read back only from L1. The sum is folded as the
-// norm's own first pass folds it (simd::row_sums), so y carries the same bits as the norm run on
-// the stored s. Squares: Σs² (RMSNorm), else Σs (LayerNorm's first mean).
-template <class C, bool Squares, class T>
-RESNORM_SIMD_INLINE double add_row_sum(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f,
-                                       index d, T* RESNORM_RESTRICT s, add_norm_next<T> next) {
+// s = x + f over a row, stored (rounded to T) at out, and the row sum of s, or of s², in C: the
+// norm's first pass fused into the add, so that s is read back only from L1. The sum is folded
+// as the norm's own first pass folds it (simd::row_sums), so y carries the same bits as the norm
+// run on the stored s. Squares: Σs² (RMSNorm), else Σs (LayerNorm's first mean). PrefetchOut:
+// out is the matrix s, whose next row is fetched for writing (not for an L1 buffer).
+template <class C, bool Squares, bool PrefetchOut, class T>
+RESNORM_SIMD_INLINE double add_row_sum_into(const T* RESNORM_RESTRICT x,
+                                            const T* RESNORM_RESTRICT f, index d,
+                                            T* RESNORM_RESTRICT out, add_norm_next<T> next) {
   using simd::load;
   return simd::row_sums<C, 1>(d, [&](index j, auto tag) {
-    if constexpr (std::is_same_v<decltype(tag), simd::vector_tag>) {
+    if constexpr (simd::is_pack_tag<decltype(tag)>) {
       simd::prefetch_read(next.f + j);
-      simd::prefetch_write(next.s + j);
+      if constexpr (PrefetchOut) simd::prefetch_write(next.s + j);
     }
     auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
-    simd::store(s + j, v);
+    simd::store(out + j, v);
     // The norm sees s as stored: rounded to T when T is narrower than C (bf16, or float rows
     // redone in double).
-    if constexpr (!std::is_same_v<T, C>) v = load<C>(s + j, tag);
+    if constexpr (!std::is_same_v<T, C>) v = load<C>(out + j, tag);
     if constexpr (Squares) {
       return std::array{v * v};
     } else {
@@ -73,35 +75,55 @@ RESNORM_SIMD_INLINE double add_row_sum(const T* RESNORM_RESTRICT x, const T* RES
   })[0];
 }
 
-// One row: s = x + f, then y = LayerNorm(s) from L1. Same bits as layer_norm_row_forward on s.
+// add_row_sum_into s itself (local == nullptr), or into local, a buffer in L1 that the norm then
+// reads, with s written from it around the cache: s is not read again soon (the next layer's
+// add is a whole sublayer away), so its lines need not be fetched, nor evict x, f and y.
+template <class C, bool Squares, class T>
+RESNORM_SIMD_INLINE double add_row_sum(const T* x, const T* f, index d, T* s, T* local,
+                                       add_norm_next<T> next) {
+  if (local == nullptr) return add_row_sum_into<C, Squares, true>(x, f, d, s, next);
+  const double sum = add_row_sum_into<C, Squares, false>(x, f, d, local, next);
+  stream_copy(s, local, static_cast<std::size_t>(d) * sizeof(T));
+  return sum;
+}
+
+// Elements of T the fused forward keeps in L1 per thread when streaming (32 KiB): the rows of s
+// that the norm reads back. Wider rows (or groups) form s in place with ordinary stores.
+template <class T>
+inline constexpr index add_norm_local_elements = index(32768 / sizeof(T));
+
+// One row: s = x + f, then y = LayerNorm(s) from L1 (local: see add_row_sum). Same bits as
+// layer_norm_row_forward on s.
 template <class C, bool HasGamma, bool HasBeta, class T>
 RESNORM_WIDE_VECTORS row_stats add_layer_norm_row(const T* x, const T* f, index d,
                                                   const param_t<T>* gamma, const param_t<T>* beta,
-                                                  double eps, bool stream, T* s, T* y,
+                                                  double eps, bool stream, T* s, T* local, T* y,
                                                   add_norm_next<T> next) {
+  const T* work = local ? local : s;
   // Times 1/d, as layer_norm_first_mean scales its sum (not / d: the same bits).
-  double mean0 = add_row_sum<C, false>(x, f, d, s, next) * (1.0 / static_cast<double>(d));
+  double mean0 = add_row_sum<C, false>(x, f, d, s, local, next) * (1.0 / static_cast<double>(d));
   if constexpr (std::is_same_v<C, double>) {
-    if (std::isinf(mean0)) mean0 = layer_norm_first_mean<C>(s, d);  // Σs overflowed
+    if (std::isinf(mean0)) mean0 = layer_norm_first_mean<C>(work, d);  // Σs overflowed
   }
   return layer_norm_row_finish<C, HasGamma, HasBeta>(
-      s, d, gamma, beta, eps, stream, y, {next.x, next.y},
-      layer_norm_corrected_moments<C>(s, d, eps, mean0));
+      work, d, gamma, beta, eps, stream, y, {next.x, next.y},
+      layer_norm_corrected_moments<C>(work, d, eps, mean0));
 }
 
 // One row: s = x + f, then y = RMSNorm(s) from L1. Same bits as rms_norm_row_forward on s.
 template <class C, bool HasGamma, class T>
 RESNORM_WIDE_VECTORS double add_rms_norm_row(const T* x, const T* f, index d,
                                              const param_t<T>* gamma, double eps, bool stream, T* s,
-                                             T* y, add_norm_next<T> next) {
-  const double sum_ss = add_row_sum<C, true>(x, f, d, s, next);
+                                             T* local, T* y, add_norm_next<T> next) {
+  const T* work = local ? local : s;
+  const double sum_ss = add_row_sum<C, true>(x, f, d, s, local, next);
   const double inv_d = 1.0 / static_cast<double>(d);
   if (square_range<C>::handles(sum_ss, inv_d, eps)) {
-    return rms_norm_row_finish<C, HasGamma>(s, d, gamma, stream, y,
+    return rms_norm_row_finish<C, HasGamma>(work, d, gamma, stream, y,
                                             {1.0 / std::sqrt(sum_ss * inv_d + eps), true});
   }
   // Out of C's range (or NaN / Inf): the norm's own fallbacks, from the stored s.
-  return rms_norm_row_forward<C, HasGamma>(s, d, gamma, eps, stream, y);
+  return rms_norm_row_forward<C, HasGamma>(work, d, gamma, eps, stream, y);
 }
 
 template <class C, class T>
@@ -135,41 +157,48 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
   };
   // Narrow LayerNorm rows: the adds of a group, then the group's norms overlapped, as the
   // LayerNorm forward does (same bits).
-  const bool grouped = kind == add_norm_kind::layer_norm && !stream &&
+  const bool grouped = kind == add_norm_kind::layer_norm &&
                        static_cast<std::size_t>(d) * sizeof(T) <= group_row_bytes;
   dispatch2(g != nullptr, b != nullptr, [&]<bool G, bool B>() {
     parallel_rows(x.rows(), d, [&](index begin, index end) {
+      constexpr int R = rows_per_group;
+      // Streaming: the rows of s the norm reads back, kept here (see add_row_sum).
+      alignas(64) T local[add_norm_local_elements<T>];
+      const bool use_local = stream && d * (grouped ? R : 1) <= add_norm_local_elements<T>;
+      auto local_row = [&](int r) { return use_local ? local + r * d : nullptr; };
       index t = begin;
       if (grouped) {
-        constexpr int R = rows_per_group;
-        for (; t + R <= end; t += R) {
-          const T* ss[R];
-          T* ys[R];
-          next_row<T> next[R];
-          row_stats st[R];
-          for (int r = 0; r < R; ++r) {
-            T* s_row = s.row(t + r).data();
-            const index n = t + r + R < end ? t + r + R : t + r;  // the next group's row
-            add_row_sum<C, false>(x.row(t + r).data(), f.row(t + r).data(), d, s_row, next_of(n));
-            ss[r] = s_row;
-            ys[r] = y.row(t + r).data();
-            next[r] = {x.row(n).data(), y.row(n).data()};
+        dispatch2(stream, false, [&]<bool S, bool>() {
+          for (; t + R <= end; t += R) {
+            const T* ss[R];
+            T* ys[R];
+            next_row<T> next[R];
+            row_stats st[R];
+            for (int r = 0; r < R; ++r) {
+              T* s_row = s.row(t + r).data();
+              const index n = t + r + R < end ? t + r + R : t + r;  // the next group's row
+              add_row_sum<C, false>(x.row(t + r).data(), f.row(t + r).data(), d, s_row,
+                                    local_row(r), next_of(n));
+              ss[r] = use_local ? local_row(r) : s_row;
+              ys[r] = y.row(t + r).data();
+              next[r] = {x.row(n).data(), y.row(n).data()};
+            }
+            layer_norm_group_forward<C, R, G, B, S>(ss, d, g, b, eps, ys, st, next);
+            for (int r = 0; r < R; ++r) keep(t + r, st[r].mean, st[r].rstd);
           }
-          layer_norm_group_forward<C, R, G, B>(ss, d, g, b, eps, ys, st, next);
-          for (int r = 0; r < R; ++r) keep(t + r, st[r].mean, st[r].rstd);
-        }
+        });
       }
       for (; t < end; ++t) {
         const add_norm_next<T> next = next_of(t + 1 < end ? t + 1 : t);
         if (kind == add_norm_kind::layer_norm) {
           const row_stats st =
               add_layer_norm_row<C, G, B>(x.row(t).data(), f.row(t).data(), d, g, b, eps, stream,
-                                          s.row(t).data(), y.row(t).data(), next);
+                                          s.row(t).data(), local_row(0), y.row(t).data(), next);
           keep(t, st.mean, st.rstd);
         } else {
           keep(t, 0.0,
                add_rms_norm_row<C, G>(x.row(t).data(), f.row(t).data(), d, g, eps, stream,
-                                      s.row(t).data(), y.row(t).data(), next));
+                                      s.row(t).data(), local_row(0), y.row(t).data(), next));
         }
       }
       if (stream) stream_fence();

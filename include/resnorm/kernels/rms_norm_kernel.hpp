@@ -71,17 +71,22 @@ double rms_norm_row_rstd(const T* x, index d, double eps) {
   return m.in_range ? m.rstd : rms_norm_moments<double>(x, d, eps).rstd;
 }
 
-// y_j = x_j · rstd · γ_j over n elements.
-template <bool HasGamma, class C, class T>
+// y_j = x_j · rstd · γ_j over n elements; Stream: y written around the cache, same bits.
+template <bool HasGamma, bool Stream, class C, class T>
 RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
                                             const param_t<T>* RESNORM_RESTRICT gamma,
                                             T* RESNORM_RESTRICT y) {
   using simd::load;
-  simd::for_each<C>(n, [&](index j, auto tag) {
+  auto body = [&](index j, auto tag) {
     auto v = load<C>(x + j, tag) * rstd;
     if constexpr (HasGamma) v *= load<C>(gamma + j, tag);
-    simd::store(y + j, v);
-  });
+    simd::store(y + j, v, tag);
+  };
+  if constexpr (Stream) {
+    simd::for_each_streaming<C>(n, y, body);
+  } else {
+    simd::for_each<C>(n, body);
+  }
 }
 
 template <class C, bool HasGamma, class T>
@@ -93,15 +98,10 @@ template <class C, bool HasGamma, class T>
 RESNORM_SIMD_INLINE double rms_norm_row_finish(const T* x, index d, const param_t<T>* gamma,
                                                bool stream, T* y, rms_moments m) {
   const C r = static_cast<C>(m.rstd);
-  if (!stream) {
-    rms_norm_row_apply<HasGamma>(x, d, r, gamma, y);
-    return m.rstd;
-  }
-  alignas(64) T buffer[stream_chunk];
-  for (index j = 0; j < d; j += stream_chunk) {
-    const index n = std::min(stream_chunk, d - j);
-    rms_norm_row_apply<HasGamma>(x + j, n, r, HasGamma ? gamma + j : nullptr, buffer);
-    stream_copy(y + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
+  if (stream) {
+    rms_norm_row_apply<HasGamma, true>(x, d, r, gamma, y);
+  } else {
+    rms_norm_row_apply<HasGamma, false>(x, d, r, gamma, y);
   }
   return m.rstd;
 }

@@ -16,9 +16,11 @@
 // other, and folds them in a fixed order: the result depends on the row length alone.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -27,7 +29,7 @@
 #include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
-#if defined(__FMA__) || defined(__AVX512F__) || defined(__AVX512BF16__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -58,6 +60,14 @@ struct vector_of {
 template <class E, int N>
 using vec = typename vector_of<E, N>::type;
 
+// The same lanes at any address aligned to E: what the loads and stores go through. A store of
+// this type tells the compiler that only E objects change; a memcpy (char access) would let it
+// assume any object might, and reload every row pointer and row constant after each store.
+template <class E, int N>
+struct unaligned_vector_of {
+  typedef E type __attribute__((vector_size(N * sizeof(E)), aligned(alignof(E))));
+};
+
 // Lanes of C in one register.
 template <class C>
 inline constexpr int width = register_bytes / static_cast<int>(sizeof(C));
@@ -67,6 +77,13 @@ using pack = vec<C, width<C>>;
 
 struct vector_tag {};
 struct scalar_tag {};
+// A whole pack whose store bypasses the cache (a non-temporal store): its destination is aligned
+// to the store's width. Loads and arithmetic treat it as vector_tag.
+struct streaming_tag : vector_tag {};
+
+// True for the tags of a whole pack (vector_tag, streaming_tag).
+template <class Tag>
+inline constexpr bool is_pack_tag = std::is_base_of_v<vector_tag, Tag>;
 
 // The storage bits of T: bf16 is loaded as its 16-bit pattern.
 template <class T>
@@ -94,19 +111,18 @@ RESNORM_SIMD_INLINE C load(const T* p, scalar_tag) {
   return load_as<C>(*p);
 }
 
-// Rounds v to T and writes width<C> elements at p.
+// The storage bits of v rounded to T: a vector of raw_t<T>, one lane per lane of v.
 template <class T, class V>
-RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
+RESNORM_SIMD_INLINE auto narrow(V v) requires(!std::is_floating_point_v<V>) {
   using C = std::remove_cvref_t<decltype(v[0])>;
   constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
+  using bits_t = vec<raw_t<T>, n>;
 #if defined(__AVX512BF16__)
   // One instruction rounds 16 floats to bf16 (to nearest even, NaN kept quiet NaN). Unlike the
   // integer form below it flushes subnormal floats to zero: a normalised output is never that
   // small unless it is 0 anyway.
   if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float> && n == 16) {
-    const __m256bh narrow = _mm512_cvtneps_pbh(v);
-    std::memcpy(static_cast<void*>(p), &narrow, sizeof narrow);
-    return;
+    return std::bit_cast<bits_t>(_mm512_cvtneps_pbh(v));
   }
 #endif
   if constexpr (std::is_same_v<T, bf16>) {
@@ -117,17 +133,78 @@ RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>)
     const u32 quiet_nan = (u >> 16) | 0x40u;
     const u32 nan_mask = std::bit_cast<u32>((u & 0x7fffffffu) > 0x7f800000u);
     const u32 bits = (quiet_nan & nan_mask) | (rounded & ~nan_mask);
-    const auto narrow = __builtin_convertvector(bits, vec<std::uint16_t, n>);
-    std::memcpy(static_cast<void*>(p), &narrow, sizeof narrow);
+    return __builtin_convertvector(bits, bits_t);
   } else {
-    const auto narrow = __builtin_convertvector(v, vec<T, n>);
-    std::memcpy(static_cast<void*>(p), &narrow, sizeof narrow);
+    return __builtin_convertvector(v, bits_t);
   }
+}
+
+// Rounds v to T and writes width<C> elements at p (any alignment).
+template <class T, class V>
+RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
+  const auto bits = narrow<T>(v);
+  using bits_t = std::remove_cvref_t<decltype(bits)>;
+  using lane_t = std::remove_cvref_t<decltype(bits[0])>;
+  using unaligned_t =
+      typename unaligned_vector_of<lane_t, static_cast<int>(sizeof(bits_t) / sizeof(lane_t))>::type;
+  *reinterpret_cast<unaligned_t*>(static_cast<void*>(p)) = bits;
+}
+
+// The same with a non-temporal store: the line goes to memory without being read first (no
+// read-for-ownership) and without displacing the cache's working set. p is aligned to the
+// store's width (for_each_streaming sees to it); no x86: an ordinary store.
+template <class Bits>
+RESNORM_SIMD_INLINE void write_around_cache(void* p, const Bits& bits) {
+  constexpr std::size_t bytes = sizeof(Bits);
+#if defined(__AVX512F__)
+  if constexpr (bytes == 64) {
+    _mm512_stream_si512(static_cast<__m512i*>(p), std::bit_cast<__m512i>(bits));
+    return;
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (bytes == 32) {
+    _mm256_stream_si256(static_cast<__m256i*>(p), std::bit_cast<__m256i>(bits));
+    return;
+  }
+#endif
+#if defined(__SSE2__)
+  if constexpr (bytes == 16) {
+    _mm_stream_si128(static_cast<__m128i*>(p), std::bit_cast<__m128i>(bits));
+    return;
+  }
+  if constexpr (bytes == 4) {
+    _mm_stream_si32(static_cast<int*>(p), std::bit_cast<int>(bits));
+    return;
+  }
+#if defined(__x86_64__)
+  if constexpr (bytes == 8) {
+    _mm_stream_si64(static_cast<long long*>(p), std::bit_cast<long long>(bits));
+    return;
+  }
+#endif
+#endif
+  std::memcpy(p, &bits, bytes);
 }
 
 template <class T, class C>
 RESNORM_SIMD_INLINE void store(T* p, C v) requires std::is_floating_point_v<C> {
   *p = kernels::store<T>(v);
+}
+
+// store() chosen by the loop's tag: a pack (vector_tag), a pack around the cache (streaming_tag),
+// or the tail's single element (scalar_tag).
+template <class T, class V>
+RESNORM_SIMD_INLINE void store(T* p, V v, vector_tag) {
+  store(p, v);
+}
+template <class T, class V>
+RESNORM_SIMD_INLINE void store(T* p, V v, streaming_tag) {
+  write_around_cache(static_cast<void*>(p), narrow<T>(v));
+}
+template <class T, class C>
+RESNORM_SIMD_INLINE void store(T* p, C v, scalar_tag) {
+  store(p, v);
 }
 
 // ---- arithmetic ------------------------------------------------------------------------------
@@ -224,13 +301,42 @@ RESNORM_SIMD_INLINE void for_each(index d, const Body& body) {
   for (; j < d; ++j) body(j, scalar_tag{});
 }
 
+// The bytes one pack of C occupies once stored as T.
+template <class C, class T>
+inline constexpr std::size_t stored_pack_bytes = static_cast<std::size_t>(width<C>) * sizeof(T);
+
+// for_each for a row whose stores bypass the cache: body(j, scalar_tag{}) until out + j is
+// aligned to a stored pack, then body(j, streaming_tag{}) for each whole pack, then the tail.
+// Element-wise bodies compute the same bits either way; only where the stores go differs.
+template <class C, class T, class Body>
+RESNORM_SIMD_INLINE void for_each_streaming(index d, const T* out, const Body& body) {
+  constexpr index w = width<C>;
+  constexpr std::size_t align = stored_pack_bytes<C, T>;
+  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % align;
+  // Elements before the first aligned pack; a T* is T-aligned, so (align − misaligned) divides.
+  index j = 0;
+  const index head = misaligned == 0
+                         ? 0
+                         : std::min<index>(d, static_cast<index>((align - misaligned) / sizeof(T)));
+  for (; j < head; ++j) body(j, scalar_tag{});
+  for (; j + w <= d; j += w) body(j, streaming_tag{});
+  for (; j < d; ++j) body(j, scalar_tag{});
+}
+
 // The N sums Σ_j terms(j)[n] over a row of length d, each returned in double. terms(j, tag)
 // returns std::array of N packs (or scalars in the tail). Packs accumulate in C in four
 // independent chains; the tail accumulates in double.
 template <class C, int N, class Terms>
 RESNORM_SIMD_INLINE std::array<double, N> row_sums(index d, const Terms& terms) {
   constexpr index w = width<C>;
-  std::array<pack<C>, N> a0{}, a1{}, a2{}, a3{};
+  // Built from N zero packs rather than value-initialised (`{}`) or zeroed in a loop: GCC turns
+  // either into a memset of the four arrays, emitted as `rep stos`, whose start-up cost on every
+  // row made the backward of 64-wide rows three times slower (AMD Zen 3, -march=native).
+  auto a0 = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<pack<C>, N>{((void)I, splat(C(0), vector_tag{}))...};
+  }
+  (std::make_index_sequence<N>{});
+  auto a1 = a0, a2 = a0, a3 = a0;
   auto add = [](std::array<pack<C>, N>& acc, const std::array<pack<C>, N>& t) {
     for (int n = 0; n < N; ++n) acc[n] += t[n];
   };
