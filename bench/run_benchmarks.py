@@ -16,6 +16,7 @@ float kernels with OMP_NUM_THREADS=2.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,28 @@ def run(cmd, env=None):
     print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
     # Progress to stderr; the ratio table alone goes to stdout.
     subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)
+
+
+# What the benchmarks need on Debian: the tests' toolchain, Google Benchmark, and oneDNN with the
+# OpenCL loader its CMake package insists on (without it the oneDNN cases are left out).
+PACKAGES = ["build-essential", "cmake", "g++", "libeigen3-dev", "libbenchmark-dev", "libdnnl-dev",
+            "ocl-icd-opencl-dev"]
+
+
+def install_missing_packages():
+    """apt-get install whatever of PACKAGES is missing (Debian/Ubuntu, as root; RESNORM_SKIP_APT=1 skips)."""
+    if os.environ.get("RESNORM_SKIP_APT") == "1" or not shutil.which("dpkg"):
+        return
+    missing = [p for p in PACKAGES
+               if "install ok installed" not in subprocess.run(
+                   ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True).stdout]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit("run_benchmarks.py: install these first (or run as root): " + " ".join(missing))
+    run(["apt-get", "update"])
+    run(["apt-get", "install", "-y", "--no-install-recommends"] + missing,
+        env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
 
 
 def build(build_dir):
@@ -98,6 +121,7 @@ def main():
     args = parser.parse_args()
 
     if not args.skip_build:
+        install_missing_packages()
         build(args.build_dir)
 
     one, two = {}, {}
