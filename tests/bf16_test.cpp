@@ -1,14 +1,17 @@
 // Tests of bf16 storage: the conversions, and every kernel with bf16 in and out against the float
 // kernel on the same (widened) inputs, within bf16's precision.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "resnorm/add_norm.hpp"
 #include "resnorm/kernels/gelu_kernel.hpp"
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 #include "resnorm/kernels/rms_norm_kernel.hpp"
+#include "resnorm/kernels/simd.hpp"
 #include "support/catch.hpp"
 #include "support/test_util.hpp"
 
@@ -67,6 +70,48 @@ TEST_CASE("bf16: rounding matches Eigen's conversion, NaN stays NaN", "[bf16]") 
   }
   // Ties go to even: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7.
   CHECK(resnorm::kernels::store<bf16>(1.0f + 0x1p-8f).value == bf16(1.0f).value);
+}
+
+// The row kernels convert whole packs (simd.hpp: a shuffle on AVX2, and pairs of packs written
+// as one store): the same bits as the scalar conversions above, NaN included, on every lane and
+// at every length (pairs, a last unpaired pack, the scalar tail) and offset.
+TEST_CASE("bf16: pack conversions give the scalar conversions' bits", "[bf16]") {
+  namespace k = resnorm::kernels;
+  resnorm::normal_generator rng(10);
+  constexpr Eigen::Index n = 1000;
+  std::vector<float> x(n + 64);
+  for (float& v : x) v = std::bit_cast<float>(static_cast<std::uint32_t>(rng.engine()()));
+  std::vector<bf16> narrowed(n + 64), widened_source(n + 64);
+  for (std::size_t j = 0; j < widened_source.size(); ++j) widened_source[j] = k::store<bf16>(x[j]);
+  std::vector<float> widened(n + 64);
+  for (const Eigen::Index length : {Eigen::Index(1), Eigen::Index(8), Eigen::Index(15),
+                                    Eigen::Index(16), Eigen::Index(24), Eigen::Index(37), n}) {
+    for (Eigen::Index offset = 0; offset < 16; ++offset) {
+      CAPTURE(length, offset);
+      std::fill(narrowed.begin(), narrowed.end(), bf16(0.5f));
+      const float* in = x.data() + offset;
+      bf16* out = narrowed.data() + offset;
+      k::simd::for_each<float, bf16>(length, [&](Eigen::Index j, auto tag) {
+        k::simd::store(out + j, k::simd::load<float>(in + j, tag), tag);
+      });
+      const bf16* source = widened_source.data() + offset;
+      float* back = widened.data() + offset;
+      k::simd::for_each<float, float>(length, [&](Eigen::Index j, auto tag) {
+        k::simd::store(back + j, k::simd::load<float>(source + j, tag), tag);
+      });
+      bool same = true;
+      for (Eigen::Index j = 0; j < length; ++j) {
+        same = same && out[j].value == k::store<bf16>(in[j]).value &&
+               std::bit_cast<std::uint32_t>(back[j]) ==
+                   std::bit_cast<std::uint32_t>(k::load(source[j]));
+      }
+      CHECK(same);
+      // Nothing written outside the row.
+      CHECK(narrowed[static_cast<std::size_t>(offset + length)].value == bf16(0.5f).value);
+      if (offset > 0)
+        CHECK(narrowed[static_cast<std::size_t>(offset - 1)].value == bf16(0.5f).value);
+    }
+  }
 }
 
 TEST_CASE("bf16: every kernel matches float within bf16 precision", "[bf16]") {

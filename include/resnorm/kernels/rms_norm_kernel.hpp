@@ -85,7 +85,7 @@ RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n
   if constexpr (Stream) {
     simd::for_each_streaming<C>(n, y, body);
   } else {
-    simd::for_each<C>(n, body);
+    simd::for_each<C, T>(n, body);
   }
 }
 
