@@ -72,8 +72,9 @@ void register_cases(const char* op, const char* impl, Fn fn) {
 // A row-major rows x dim buffer starting on a 4 KiB page, touched once so the timed loop sees
 // no page faults (buffers at different page offsets changed a triad's speed 2x). Buffers of
 // 2 MiB and more sit on 2 MiB pages where the kernel grants them (Linux transparent huge pages
-// in madvise mode): on 4 KiB pages, where a run's buffers happened to land in physical memory
-// moved an L3-resident case by up to 25 % from one run to the next.
+// in madvise mode), as a framework's tensor allocator would arrange: a 64 MiB matrix on 4 KiB
+// pages costs a TLB miss every page, which is the page tables' speed, not the kernel's. (The
+// run-to-run spread of L3-resident cases on the shared VM, up to 25 %, remains.)
 template <class T>
 class aligned_matrix {
  public:
