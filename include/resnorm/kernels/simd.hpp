@@ -36,10 +36,11 @@
 // The helpers below are a few instructions each and run inside the row loops: inlined always,
 // so that a row's constants and accumulators stay in registers across them.
 #if defined(__GNUC__) || defined(__clang__)
-#define RESNORM_SIMD_INLINE inline __attribute__((always_inline))
+#define RESNORM_SIMD_ALWAYS_INLINE __attribute__((always_inline))
 #else
-#define RESNORM_SIMD_INLINE inline
+#define RESNORM_SIMD_ALWAYS_INLINE
 #endif
+#define RESNORM_SIMD_INLINE inline RESNORM_SIMD_ALWAYS_INLINE
 
 namespace resnorm::kernels::simd {
 
