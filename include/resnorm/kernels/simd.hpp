@@ -12,7 +12,7 @@
 // Loads widen the storage type (float, double, bf16) to C, stores narrow back with rounding to
 // nearest (bf16: ties to even, NaN kept NaN).
 //
-// row_sums keeps four independent accumulators per sum, so consecutive adds do not wait on each
+// row_sums keeps several independent accumulators per sum, so consecutive adds do not wait on each
 // other, and folds them in a fixed order: the result depends on the row length alone.
 #pragma once
 
@@ -428,41 +428,58 @@ RESNORM_SIMD_INLINE void for_each_streaming(index d, const T* out, const Body& b
   for (; j < d; ++j) body(j, scalar_tag{});
 }
 
+// Independent accumulator chains per sum in row_sums: enough for consecutive adds (latency 3-4
+// cycles, two pipes) not to wait on each other, while the N sums' chains stay within 8 registers.
+template <int N>
+inline constexpr int sum_chains = N == 1   ? 8
+                                  : N == 2 ? 4
+                                           : 2;
+
+// The chains acc[First, First + Count) folded as a balanced tree (the same order every call).
+template <int First, int Count, class Acc>
+RESNORM_SIMD_INLINE auto fold_chains(const Acc& acc, int n) {
+  if constexpr (Count == 1) {
+    return acc[First][n];
+  } else {
+    return fold_chains<First, Count / 2>(acc, n) +
+           fold_chains<First + Count / 2, Count / 2>(acc, n);
+  }
+}
+
 // The N sums Σ_j terms(j)[n] over a row of length d, each returned in double. terms(j, tag)
-// returns std::array of N packs (or scalars in the tail). Packs accumulate in C in four
-// independent chains; the tail accumulates in double.
+// returns std::array of N packs (or scalars in the tail). Packs accumulate in C in sum_chains<N>
+// independent chains, folded in a fixed tree; the tail accumulates in double.
 template <class C, int N, class Terms>
 RESNORM_SIMD_INLINE std::array<double, N> row_sums(index d, const Terms& terms) {
   constexpr index w = width<C>;
-  // Built from N zero packs rather than value-initialised (`{}`) or zeroed in a loop: GCC turns
-  // either into a memset of the four arrays, emitted as `rep stos`, whose start-up cost on every
+  constexpr int K = sum_chains<N>;
+  using sums = std::array<pack<C>, N>;
+  // Built from zero packs rather than value-initialised (`{}`) or zeroed in a loop: GCC turns
+  // either into a memset of the accumulators, emitted as `rep stos`, whose start-up cost on every
   // row made the backward of 64-wide rows 1.7 times slower (8192 x 64: 1.32 ms against 0.76 ms;
   // AMD Zen 3, -march=native).
-  auto a0 = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::array<pack<C>, N>{((void)I, splat(C(0), vector_tag{}))...};
+  auto zeros = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return sums{((void)I, splat(C(0), vector_tag{}))...};
+  };
+  auto acc = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<sums, K>{((void)I, zeros(std::make_index_sequence<N>{}))...};
   }
-  (std::make_index_sequence<N>{});
-  auto a1 = a0, a2 = a0, a3 = a0;
-  auto add = [](std::array<pack<C>, N>& acc, const std::array<pack<C>, N>& t) {
-    for (int n = 0; n < N; ++n) acc[n] += t[n];
+  (std::make_index_sequence<K>{});
+  auto add = [](sums& a, const sums& t) {
+    for (int n = 0; n < N; ++n) a[n] += t[n];
   };
   index j = 0;
-  for (; j + 4 * w <= d; j += 4 * w) {
-    add(a0, terms(j, vector_tag{}));
-    add(a1, terms(j + w, vector_tag{}));
-    add(a2, terms(j + 2 * w, vector_tag{}));
-    add(a3, terms(j + 3 * w, vector_tag{}));
+  for (; j + K * w <= d; j += K * w) {
+    for (int k = 0; k < K; ++k) add(acc[k], terms(j + k * w, vector_tag{}));
   }
-  for (; j + w <= d; j += w) add(a0, terms(j, vector_tag{}));
+  for (; j + w <= d; j += w) add(acc[0], terms(j, vector_tag{}));
   std::array<double, N> tail{};
   for (; j < d; ++j) {
     const std::array<C, N> t = terms(j, scalar_tag{});
     for (int n = 0; n < N; ++n) tail[n] += static_cast<double>(t[n]);
   }
   std::array<double, N> out;
-  for (int n = 0; n < N; ++n) {
-    out[n] = sum_lanes<C, width<C>>((a0[n] + a1[n]) + (a2[n] + a3[n])) + tail[n];
-  }
+  for (int n = 0; n < N; ++n) out[n] = sum_lanes<C, width<C>>(fold_chains<0, K>(acc, n)) + tail[n];
   return out;
 }
 
