@@ -135,6 +135,21 @@ bool same_bits(const S* a, const S* b, std::size_t n) {
   return n == 0 || std::memcmp(a, b, sizeof(S) * n) == 0;
 }
 
+// Bitwise equal, except that any two NaNs count as equal: which NaN's sign and payload an
+// operation on two NaNs returns depends on the order of the operands in the instruction, and
+// compilers treat + and * as commutative, so two inlined copies of one row's sums may hand on
+// different NaNs (found by the LayerNorm fuzzer: a row of three different NaNs gave dx = NaN with
+// different bits from saved statistics than from recomputed ones). Every finite or infinite
+// value must match bit for bit.
+template <class S>
+bool same_values(const S* a, const S* b, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) {
+    if (std::isnan(a[k]) && std::isnan(b[k])) continue;
+    if (std::memcmp(&a[k], &b[k], sizeof(S)) != 0) return false;
+  }
+  return true;
+}
+
 template <class M>
 bool row_finite(const M& m, Index t) {
   return m.cols() == 0 || m.row(t).allFinite();
