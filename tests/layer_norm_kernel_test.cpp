@@ -241,3 +241,60 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached 
     }
   }
 }
+
+// Narrow rows run in groups (kernels::forward_rows_per_group in the forward,
+// kernels::rows_per_group in the backward) and the rows left over one at a time: a row's results
+// must not depend on which. Every row of a 13-row matrix (in the forward a group of 8 and 5 single
+// rows; in the backward groups of 4 and a single row) is compared with the same row normalised
+// alone. Rows 5 and 9 leave float's square range (spread 2e-20, magnitude 2e25), so a float group
+// holding them is redone row by row or in double: the other rows of that group keep their bits too.
+TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: a row gives the same bits in a group as alone",
+                   "[layer_norm][rms_norm][kernel]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  using P = resnorm::kernels::param_t<S>;
+  constexpr Eigen::Index rows = 13;
+  const double eps = 1e-5;
+  for (const Eigen::Index d : {1, 3, 64, 100, 512}) {
+    CAPTURE(d);
+    matrix<float> source = random_matrix<float>(rows, d, 300 + d, 2.0, 0.5);
+    source.row(5) *= 1e-20f;
+    source.row(9) *= 1e25f;
+    const matrix<S> x = source.template cast<S>();
+    const matrix<S> dy = random_matrix<float>(rows, d, 400 + d).template cast<S>();
+    const vector<P> gamma = random_vector<P>(d, 401);
+    const vector<P> beta = random_vector<P>(d, 402);
+    resnorm::kernels::kernel_workspace ws;
+    vector<P> dgamma(d), dbeta(d);
+
+    matrix<S> y(rows, d), dx(rows, d), dx_recomputed(rows, d), rms_y(rows, d), rms_dx(rows, d);
+    vector<double> mean(rows), rstd(rows), rms_rstd(rows);
+    resnorm::layer_norm_forward_into<S>(x, gamma, beta, eps, y, mean, rstd);
+    resnorm::layer_norm_vjp_into<S>(x, dy, gamma, mean, rstd, dx, dgamma, dbeta, ws);
+    resnorm::layer_norm_vjp_recompute_into<S>(x, dy, gamma, eps, dx_recomputed, dgamma, dbeta, ws);
+    resnorm::rms_norm_forward_into<S>(x, gamma, eps, rms_y, rms_rstd);
+    resnorm::rms_norm_vjp_into<S>(x, dy, gamma, rms_rstd, rms_dx, dgamma, ws);
+
+    for (Eigen::Index t = 0; t < rows; ++t) {
+      CAPTURE(t);
+      const matrix<S> x1 = x.row(t);
+      const matrix<S> dy1 = dy.row(t);
+      matrix<S> y1(1, d), dx1(1, d), dx1_recomputed(1, d), rms_y1(1, d), rms_dx1(1, d);
+      vector<double> mean1(1), rstd1(1), rms_rstd1(1);
+      resnorm::layer_norm_forward_into<S>(x1, gamma, beta, eps, y1, mean1, rstd1);
+      resnorm::layer_norm_vjp_into<S>(x1, dy1, gamma, mean1, rstd1, dx1, dgamma, dbeta, ws);
+      resnorm::layer_norm_vjp_recompute_into<S>(x1, dy1, gamma, eps, dx1_recomputed, dgamma, dbeta,
+                                                ws);
+      resnorm::rms_norm_forward_into<S>(x1, gamma, eps, rms_y1, rms_rstd1);
+      resnorm::rms_norm_vjp_into<S>(x1, dy1, gamma, rms_rstd1, rms_dx1, dgamma, ws);
+
+      CHECK(same_bits(y.row(t).data(), y1.data(), d));
+      CHECK(mean(t) == mean1(0));
+      CHECK(rstd(t) == rstd1(0));
+      CHECK(same_bits(dx.row(t).data(), dx1.data(), d));
+      CHECK(same_bits(dx_recomputed.row(t).data(), dx1_recomputed.data(), d));
+      CHECK(same_bits(rms_y.row(t).data(), rms_y1.data(), d));
+      CHECK(rms_rstd(t) == rms_rstd1(0));
+      CHECK(same_bits(rms_dx.row(t).data(), rms_dx1.data(), d));
+    }
+  }
+}

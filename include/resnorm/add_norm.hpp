@@ -161,7 +161,7 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
                        static_cast<std::size_t>(d) * sizeof(T) <= group_row_bytes;
   dispatch2(g != nullptr, b != nullptr, [&]<bool G, bool B>() {
     parallel_rows(x.rows(), d, [&](index begin, index end) {
-      constexpr int R = rows_per_group;
+      constexpr int R = forward_rows_per_group;
       // Streaming: the rows of s the norm reads back, kept here (see add_row_sum).
       alignas(64) T local[add_norm_local_elements<T>];
       const bool use_local = stream && d * (grouped ? R : 1) <= add_norm_local_elements<T>;

@@ -198,8 +198,20 @@ row_stats layer_norm_row_stats(const T* x, index d, double eps) {
   return m.stats;
 }
 
-// Rows handled together by the group kernels (forward of narrow rows, every backward).
+// Rows handled together by the group kernels. The forward of narrow rows overlaps 8 (its passes
+// keep nothing in registers from one row to the next; 8192 x 64 and 512 x 64 ran 8-10 % faster
+// than with 4, best of 7 alternating runs, AMD Zen 3); every backward 4, as its second pass keeps
+// 6 constants per row in registers (16 of them on AVX2).
+inline constexpr int forward_rows_per_group = 8;
 inline constexpr int rows_per_group = 4;
+
+// Pointers to rows t … t + R − 1 of m (a group's rows).
+template <int R, class M>
+RESNORM_SIMD_INLINE auto row_pointers(M& m, index t) {
+  std::array<decltype(m.row(0).data()), R> p;
+  for (int r = 0; r < R; ++r) p[r] = m.row(t + r).data();
+  return p;
+}
 
 // The row a row kernel should pull towards the cache while it works on this one (the next row
 // of x and of the output; the current row's own pointers for the last row).
@@ -599,20 +611,19 @@ void layer_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> 
     kernels::parallel_rows(x.rows(), d, [&](index begin, index end) {
       index t = begin;
       if (static_cast<std::size_t>(d) * sizeof(T) <= kernels::group_row_bytes) {
-        constexpr int R = kernels::rows_per_group;
+        constexpr int R = kernels::forward_rows_per_group;
         kernels::dispatch2(stream, false, [&]<bool S, bool>() {
           for (; t + R <= end; t += R) {
-            const T* xs[R];
-            T* ys[R];
+            const auto xs = kernels::row_pointers<R>(x, t);
+            const auto ys = kernels::row_pointers<R>(y, t);
             kernels::next_row<T> next[R];
             kernels::row_stats s[R];
             for (int r = 0; r < R; ++r) {
               const index n = t + r + R < end ? t + r + R : t + r;
-              xs[r] = x.row(t + r).data();
-              ys[r] = y.row(t + r).data();
               next[r] = {x.row(n).data(), y.row(n).data()};
             }
-            kernels::layer_norm_group_forward<C, R, G, B, S>(xs, d, g, b, eps, ys, s, next);
+            kernels::layer_norm_group_forward<C, R, G, B, S>(xs.data(), d, g, b, eps, ys.data(), s,
+                                                             next);
             for (int r = 0; r < R; ++r) {
               if (mean_out) mean_out[t + r] = s[r].mean;
               if (rstd_out) rstd_out[t + r] = s[r].rstd;

@@ -9,7 +9,9 @@
 // output once); gamma and dγ in param_t<T>; rstd per row in double. Σx² accumulates in C, with
 // the range checks of layer_norm_kernel.hpp (float rows out of float's range are redone in
 // double; double rows out of double's are scaled before squaring).
-// An empty gamma means absent (1); an empty dγ or rstd output means "not wanted".
+// An empty gamma means absent (1); an empty dγ or rstd output means "not wanted". Narrow rows
+// (up to group_row_bytes) run in groups, as LayerNorm's do (8192 x 64 forward 1.4-1.7x faster than
+// row by row, best of 6 alternating runs, AMD Zen 3).
 //
 // Memory modes of the backward: rms_norm_vjp_into reuses the forward's rstd (8 bytes per row
 // kept); rms_norm_vjp_recompute_into recomputes it from x in L1 (nothing kept, one more pass).
@@ -116,6 +118,30 @@ RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const para
   return rms_norm_row_finish<C, HasGamma>(x, d, gamma, stream, y, m);
 }
 
+// R narrow rows at once, as layer_norm_group_forward does: the R rows' sums of squares (a chain
+// of dependent adds and a square root each) overlap instead of following one another. A group
+// with a row outside C's range is redone row by row (the rows in range keep their bits).
+template <class C, int R, bool HasGamma, bool Stream, class T>
+RESNORM_WIDE_VECTORS void rms_norm_group_forward(const T* const* x, index d,
+                                                 const param_t<T>* gamma, double eps, T* const* y,
+                                                 double* rstd) {
+  bool in_range = true;
+  for (int r = 0; r < R; ++r) {
+    const rms_moments m = rms_norm_moments<C>(x[r], d, eps);
+    rstd[r] = m.rstd;
+    in_range = in_range && m.in_range;
+  }
+  if (!in_range) {
+    for (int r = 0; r < R; ++r) {
+      rstd[r] = rms_norm_row_forward<C, HasGamma>(x[r], d, gamma, eps, Stream, y[r]);
+    }
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    rms_norm_row_apply<HasGamma, Stream>(x[r], d, static_cast<C>(rstd[r]), gamma, y[r]);
+  }
+}
+
 // One row of the backward, b = mean(g ⊙ xhat):
 //   dx_j = rstd · (g_j − xhat_j · b),   dγ_j += dy_j · xhat_j   (accumulated in A)
 //   (+ ds_j when AddDs: fused add + norm)
@@ -167,7 +193,20 @@ void rms_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> ga
   const auto* g = kernels::data_or_null(gamma);
   kernels::dispatch2(g != nullptr, false, [&]<bool G, bool>() {
     kernels::parallel_rows(x.rows(), d, [&](index begin, index end) {
-      for (index t = begin; t < end; ++t) {
+      index t = begin;
+      if (static_cast<std::size_t>(d) * sizeof(T) <= kernels::group_row_bytes) {
+        constexpr int R = kernels::forward_rows_per_group;
+        kernels::dispatch2(stream, false, [&]<bool S, bool>() {
+          for (; t + R <= end; t += R) {
+            double r_out[R];
+            kernels::rms_norm_group_forward<C, R, G, S>(kernels::row_pointers<R>(x, t).data(), d, g,
+                                                        eps, kernels::row_pointers<R>(y, t).data(),
+                                                        r_out);
+            for (int r = 0; rstd_out && r < R; ++r) rstd_out[t + r] = r_out[r];
+          }
+        });
+      }
+      for (; t < end; ++t) {
         const double r = kernels::rms_norm_row_forward<C, G>(x.row(t).data(), d, g, eps, stream,
                                                              y.row(t).data());
         if (rstd_out) rstd_out[t] = r;
