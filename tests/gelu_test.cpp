@@ -210,8 +210,9 @@ TEMPLATE_TEST_CASE("gelu jacobian: diagonal, holding GELU'(x) in vec order", "[g
   }
   // vjp and jvp multiply by the same diagonal: the same products up to the slope's last bit. A
   // compiler that contracts a·b + c into one FMA (GCC's default in C++, -ffp-contract=fast) may
-  // round the slope differently in each inlined copy of it (seen with g++ -O3 -march=native), so
-  // the bound is the slope's ulp plus the product's rounding, relative.
+  // round the slope differently in each inlined copy of it (seen with g++ -O3 -march=native
+  // before resnorm's CMake target set -ffp-contract=off; a consumer compiling the header without
+  // that target may still see it), so the bound is the slope's ulp plus the product's rounding.
   const matrix<S> v = random_matrix<S>(3, 4, 212);
   const matrix<S> expected = f.derivative(x).cwiseProduct(v);
   const auto within_last_bit = [&](const matrix<S>& product) {
