@@ -65,18 +65,21 @@ RESNORM_SIMD_INLINE float exp_float(float x) {
   // with NaN is false, so a NaN x passes through unchanged and reaches the result through r and p.
   x = select(x < -87.3f, -87.3f, select(x > 88.3f, 88.3f, x));
   // k = round(x / ln 2): adding 1.5·2^23 rounds to an integer, and subtracting it again leaves k
-  // (no -ffast-math, so the compiler keeps both operations).
-  const float shifted = x * 1.44269504f + 12582912.f;
+  // (no -ffast-math, so the compiler keeps both operations). The multiply-adds are written as
+  // simd::fma: resnorm builds with -ffp-contract=off, and left to the compiler they would be two
+  // instructions each (GELU erf forward 0.7x oneDNN instead of 1.05-1.24x, AMD Zen 3).
+  using simd::fma;
+  const float shifted = fma(x, 1.44269504f, 12582912.f);
   const float k = shifted - 12582912.f;
-  const float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
+  const float r = fma(-k, 1.42860677e-6f, fma(-k, 0.693145752f, x));
   float p = 1.f / 5040.f;
-  p = p * r + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
+  p = fma(p, r, 1.f / 720.f);
+  p = fma(p, r, 1.f / 120.f);
+  p = fma(p, r, 1.f / 24.f);
+  p = fma(p, r, 1.f / 6.f);
+  p = fma(p, r, 0.5f);
+  p = fma(p, r, 1.f);
+  p = fma(p, r, 1.f);
   // 2^k built from shifted's bits, not by converting k to int: converting a NaN (or any float
   // out of int's range) is undefined behaviour. Between 2^23 and 2^24 a float's ulp is 1, so
   // bits(1.5·2^23 + k) = bits(1.5·2^23) + k; the unsigned arithmetic wraps, defined for every
@@ -94,12 +97,13 @@ struct phi_parts {
 
 RESNORM_SIMD_INLINE phi_parts normal_cdf_float(float x) {
   const float z = std::abs(x) * 0.707106781f;  // |x|/√2
-  const float t = 1.f / (1.f + 0.3275911f * z);
+  using simd::fma;
+  const float t = 1.f / fma(0.3275911f, z, 1.f);
   float poly = 1.061405429f;
-  poly = poly * t - 1.453152027f;
-  poly = poly * t + 1.421413741f;
-  poly = poly * t - 0.284496736f;
-  poly = poly * t + 0.254829592f;
+  poly = fma(poly, t, -1.453152027f);
+  poly = fma(poly, t, 1.421413741f);
+  poly = fma(poly, t, -0.284496736f);
+  poly = fma(poly, t, 0.254829592f);
   const float gauss = exp_float(-z * z);
   const float half_erfc = 0.5f * t * poly * gauss;  // Φ(−|x|)
   return {select(x >= 0.f, 1.f - half_erfc, half_erfc), gauss};
