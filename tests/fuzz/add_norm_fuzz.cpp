@@ -31,7 +31,8 @@ void run_case(byte_reader& in, const header& h) {
     return norm_outputs<S>{out.s, out.y, g.dx, g.dgamma, g.dbeta};
   };
   const norm_outputs<S> out = run();
-  // s = x + f, one IEEE addition per element (compare bits: NaN ≠ NaN).
+  // s = x + f, one IEEE addition per element: bit for bit, except that any NaN matches any NaN
+  // (same_values: which operand's NaN an addition hands on depends on the operand order).
   const resnorm::matrix<S> sum = x + f;
   RESNORM_FUZZ_CHECK(same_values(sum.data(), out.s.data(), std::size_t(sum.size())),
                      "add_norm: s is not x + f%s", "");

@@ -337,8 +337,9 @@ RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
   }
 }
 
-// Rows up to this many bytes are normalised in groups of rows_per_group: their own passes are
-// too short to hide the reductions' latency.
+// Rows up to this many bytes are normalised in groups (forward_rows_per_group in the forwards,
+// rows_per_group in the backward): their own passes are too short to hide the reductions'
+// latency.
 inline constexpr std::size_t group_row_bytes = 2048;
 
 // True when float arithmetic holds a backward row: no overflow (stats, Σg, Σg·xhat below 2^100)

@@ -267,7 +267,8 @@ RESNORM_SIMD_INLINE void store(T* p, V v, paired_tag<Second, Base> tag) {
   // Vector types throughout: an std::array here went through the stack (a store-forwarding
   // stall on every pair).
   const auto bits = std::bit_cast<vec<std::uint64_t, 2>>(narrow<T>(v));
-  // A body stores at most one pack per output row of a group (rows_per_group = 4).
+  // A body stores at most one pack per output row: a backward group's rows_per_group = 4 (a
+  // forward body stores one row).
   assert(tag.pairs->next < static_cast<int>(tag.pairs->pending.size()));
   auto& first = tag.pairs->pending[static_cast<std::size_t>(tag.pairs->next++)];
   if constexpr (!Second) {
