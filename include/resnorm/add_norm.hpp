@@ -68,7 +68,7 @@ RESNORM_SIMD_INLINE double add_row_sum_into(const T* RESNORM_RESTRICT x,
     // redone in double).
     if constexpr (!std::is_same_v<T, C>) v = load<C>(out + j, tag);
     if constexpr (Squares) {
-      return std::array{v * v};
+      return std::array{simd::product{v, v}};
     } else {
       return std::array{v};
     }

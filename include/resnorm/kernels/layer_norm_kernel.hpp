@@ -159,7 +159,7 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(const T
   const C hi = static_cast<C>(mean0);
   const auto [sum_c, sum_cc] = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
     const auto c = load<C>(x + j, tag) - hi;
-    return std::array{c, c * c};
+    return std::tuple{c, simd::product{c, c}};
   });
   const double delta = sum_c * inv_d;
   // The corrected mean keeps hi and puts the correction in lo, so x − hi stays exact.
@@ -426,7 +426,7 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
         const auto sums = simd::row_sums<C, 3>(d, [&](index j, auto tag) {
           const auto g = g_of(r, j, tag);
           const auto xhat = xhat_of(r, j, tag);
-          return std::array{g, g * xhat, xhat * xhat};
+          return std::tuple{g, simd::product{g, xhat}, simd::product{xhat, xhat}};
         });
         sum_g = sums[0];
         sum_gx = sums[1];
@@ -434,7 +434,7 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
       } else {
         const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
           const auto xhat = xhat_of(r, j, tag);
-          return std::array{g_of(r, j, tag) * xhat, xhat * xhat};
+          return std::array{simd::product{g_of(r, j, tag), xhat}, simd::product{xhat, xhat}};
         });
         sum_gx = sums[0];
         sum_xx = sums[1];
@@ -504,7 +504,7 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
       const auto xhat = xhat_of(r, j, tag);
       auto v = g_of(r, j, tag);
       if constexpr (Centred) v -= k[r].a;
-      v = (v - xhat * k[r].b) * k[r].out_scale;
+      v = simd::fma(xhat, splat(-k[r].b, tag), v) * k[r].out_scale;
       if (zero_jacobian) v = xhat * C(0);  // 0, or NaN from a NaN row
       if constexpr (AddDs) v += load<C>(rows.ds[r] + j, tag);
       simd::store(rows.dx[r] + j, v, tag);

@@ -49,7 +49,7 @@ RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps
   const double inv_d = 1.0 / static_cast<double>(d);
   const double sum_xx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
     const auto v = simd::load<C>(x + j, tag);
-    return std::array{v * v};
+    return std::array{simd::product{v, v}};
   })[0];
   if (square_range<C>::handles(sum_xx, inv_d, eps)) {
     return {1.0 / std::sqrt(sum_xx * inv_d + eps), true};

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -450,9 +451,39 @@ RESNORM_SIMD_INLINE auto fold_chains(const Acc& acc, int n) {
   }
 }
 
+// A row_sums term that is a product a·b. The pack sums add it with one FMA (acc + a·b, rounded
+// once) instead of a multiply and an add: resnorm builds with -ffp-contract=off, so the compiler
+// no longer fuses the two, and the unfused pair costs an instruction and a rounding per pack.
+template <class V>
+struct product {
+  V a, b;
+};
+template <class V>
+product(V, V) -> product<V>;  // clang 14 does not deduce an aggregate's arguments
+
+template <class V>
+RESNORM_SIMD_INLINE void accumulate(V& acc, V term) {
+  acc += term;
+}
+template <class V>
+RESNORM_SIMD_INLINE void accumulate(V& acc, product<V> term) {
+  acc = fma(term.a, term.b, acc);
+}
+
+// A tail term in double (a product of two floats is exact there).
+template <class C>
+RESNORM_SIMD_INLINE double tail_term(C term) {
+  return static_cast<double>(term);
+}
+template <class C>
+RESNORM_SIMD_INLINE double tail_term(product<C> term) {
+  return static_cast<double>(term.a) * static_cast<double>(term.b);
+}
+
 // The N sums Σ_j terms(j)[n] over a row of length d, each returned in double. terms(j, tag)
-// returns std::array of N packs (or scalars in the tail). Packs accumulate in C in sum_chains<N>
-// independent chains, folded in a fixed tree; the tail accumulates in double.
+// returns N terms, packs (or scalars in the tail) or products of two, as a std::array or, where
+// plain terms and products mix, a std::tuple. Packs accumulate in C in sum_chains<N> independent
+// chains, folded in a fixed tree; the tail accumulates in double.
 template <class C, int N, class Terms>
 RESNORM_SIMD_INLINE std::array<double, N> row_sums(index d, const Terms& terms) {
   constexpr index w = width<C>;
@@ -469,19 +500,20 @@ RESNORM_SIMD_INLINE std::array<double, N> row_sums(index d, const Terms& terms) 
     return std::array<sums, K>{((void)I, zeros(std::make_index_sequence<N>{}))...};
   }
   (std::make_index_sequence<K>{});
-  auto add = [](sums& a, const sums& t) {
-    for (int n = 0; n < N; ++n) a[n] += t[n];
+  constexpr auto each = std::make_index_sequence<N>{};
+  auto add = [&]<std::size_t... I>(auto& a, const auto& t, std::index_sequence<I...>) {
+    (accumulate(a[I], std::get<I>(t)), ...);
   };
   index j = 0;
   for (; j + K * w <= d; j += K * w) {
-    for (int k = 0; k < K; ++k) add(acc[k], terms(j + k * w, vector_tag{}));
+    for (int k = 0; k < K; ++k) add(acc[k], terms(j + k * w, vector_tag{}), each);
   }
-  for (; j + w <= d; j += w) add(acc[0], terms(j, vector_tag{}));
+  for (; j + w <= d; j += w) add(acc[0], terms(j, vector_tag{}), each);
   std::array<double, N> tail{};
-  for (; j < d; ++j) {
-    const std::array<C, N> t = terms(j, scalar_tag{});
-    for (int n = 0; n < N; ++n) tail[n] += static_cast<double>(t[n]);
-  }
+  auto add_tail = [&]<std::size_t... I>(const auto& t, std::index_sequence<I...>) {
+    ((tail[I] += tail_term(std::get<I>(t))), ...);
+  };
+  for (; j < d; ++j) add_tail(terms(j, scalar_tag{}), each);
   std::array<double, N> out;
   for (int n = 0; n < N; ++n) out[n] = sum_lanes<C, width<C>>(fold_chains<0, K>(acc, n)) + tail[n];
   return out;
