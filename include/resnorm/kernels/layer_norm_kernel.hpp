@@ -130,37 +130,52 @@ struct layer_norm_moments_t {
   bool in_range;         // false: redo the row in double (float arithmetic only)
 };
 
-// First pass: the row's mean, Σx/d, to C's precision (the second pass corrects it).
+// First pass: Σx, before its horizontal step (simd::row_partial_sums).
 template <class C, class T>
-RESNORM_SIMD_INLINE double layer_norm_first_mean(const T* x, index d) {
-  using simd::load;
+RESNORM_SIMD_INLINE simd::row_partials<C, 1> layer_norm_sum_partials(const T* x, index d) {
+  return simd::row_partial_sums<C, 1>(
+      d, [&](index j, auto tag) { return std::array{simd::load<C>(x + j, tag)}; });
+}
+
+// The row's first mean, Σx/d to C's precision (the second pass corrects it), from sum = Σx.
+template <class C, class T>
+RESNORM_SIMD_INLINE double layer_norm_first_mean(const T* x, index d, double sum) {
   const double inv_d = 1.0 / static_cast<double>(d);
-  const double mean0 =
-      simd::row_sums<C, 1>(d,
-                           [&](index j, auto tag) { return std::array{load<C>(x + j, tag)}; })[0] *
-      inv_d;
+  const double mean0 = sum * inv_d;
   if constexpr (std::is_same_v<C, double>) {
     // Σx overflowed although every x is finite: sum x/d instead.
     if (std::isinf(mean0)) {
       return simd::row_sums<C, 1>(
-          d, [&](index j, auto tag) { return std::array{load<C>(x + j, tag) * inv_d}; })[0];
+          d, [&](index j, auto tag) { return std::array{simd::load<C>(x + j, tag) * inv_d}; })[0];
     }
   }
   return mean0;
 }
 
-// Second pass: Σc and Σc² of c = x − hi (hi: mean0 rounded to C; x − hi is exact on a row of
-// large offset), and the corrected moments from them: mean = hi + Σc/d, var = Σc²/d − (Σc/d)².
 template <class C, class T>
-RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(const T* x, index d,
-                                                                         double eps, double mean0) {
-  using simd::load;
-  const double inv_d = 1.0 / static_cast<double>(d);
+RESNORM_SIMD_INLINE double layer_norm_first_mean(const T* x, index d) {
+  return layer_norm_first_mean<C>(x, d, simd::finish_sums(layer_norm_sum_partials<C>(x, d))[0]);
+}
+
+// Second pass: Σc and Σc² of c = x − hi, before their horizontal step. hi: the first mean
+// rounded to C, so that x − hi is exact on a row of large offset.
+template <class C, class T>
+RESNORM_SIMD_INLINE simd::row_partials<C, 2> layer_norm_centred_partials(const T* x, index d,
+                                                                         double mean0) {
   const C hi = static_cast<C>(mean0);
-  const auto [sum_c, sum_cc] = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
-    const auto c = load<C>(x + j, tag) - hi;
+  return simd::row_partial_sums<C, 2>(d, [&](index j, auto tag) {
+    const auto c = simd::load<C>(x + j, tag) - hi;
     return std::tuple{c, simd::product{c, c}};
   });
+}
+
+// The corrected moments from the second pass's sums: mean = hi + Σc/d, var = Σc²/d − (Σc/d)².
+template <class C, class T>
+RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(
+    const T* x, index d, double eps, double mean0, std::array<double, 2> centred_sums) {
+  const auto [sum_c, sum_cc] = centred_sums;
+  const double inv_d = 1.0 / static_cast<double>(d);
+  const C hi = static_cast<C>(mean0);
   const double delta = sum_c * inv_d;
   // The corrected mean keeps hi and puts the correction in lo, so x − hi stays exact.
   const row_centre<C> centre(hi, static_cast<C>(delta));
@@ -181,6 +196,13 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(const T
   } else {
     return {{mean, 0.0}, centre, false};
   }
+}
+
+template <class C, class T>
+RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(const T* x, index d,
+                                                                         double eps, double mean0) {
+  return layer_norm_corrected_moments<C>(
+      x, d, eps, mean0, simd::finish_sums(layer_norm_centred_partials<C>(x, d, mean0)));
 }
 
 template <class C, class T>
@@ -305,8 +327,17 @@ RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
                                                    const param_t<T>* gamma, const param_t<T>* beta,
                                                    double eps, T* const* y, row_stats* stats,
                                                    const next_row<T>* next) {
+  // Each pass's sums for the R rows first, then their horizontal steps together.
+  auto each_row = [&]<class F>(const F& partials_of) RESNORM_SIMD_ALWAYS_INLINE {
+    return simd::finish_sums([&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array{partials_of(static_cast<int>(I))...};
+    }(std::make_index_sequence<R>{}));
+  };
+  const auto sums = each_row([&](int r) { return layer_norm_sum_partials<C>(x[r], d); });
   std::array<double, R> mean0;
-  for (int r = 0; r < R; ++r) mean0[r] = layer_norm_first_mean<C>(x[r], d);
+  for (int r = 0; r < R; ++r) mean0[r] = layer_norm_first_mean<C>(x[r], d, sums[r][0]);
+  const auto centred_sums =
+      each_row([&](int r) { return layer_norm_centred_partials<C>(x[r], d, mean0[r]); });
   // Kept field by field, in arrays of scalars: an array of the 25-byte moments structs was
   // filled through a stack temporary and copied with wider loads than the stores that wrote it,
   // which miss store forwarding: a stall on every row (8192 x 64 forward 1.16x faster without;
@@ -315,7 +346,8 @@ RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
   std::array<C, R> hi, lo;
   bool in_range = true;
   for (int r = 0; r < R; ++r) {
-    const layer_norm_moments_t<C> m = layer_norm_corrected_moments<C>(x[r], d, eps, mean0[r]);
+    const layer_norm_moments_t<C> m =
+        layer_norm_corrected_moments<C>(x[r], d, eps, mean0[r], centred_sums[r]);
     mean[r] = m.stats.mean;
     rstd[r] = m.stats.rstd;
     hi[r] = m.centre.hi;
@@ -417,36 +449,34 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     return g;
   };
   const double inv_d = 1.0 / static_cast<double>(d);
-  for (int r = 0; r < R; ++r) {
-    double sum_g = 0, sum_gx = 0, sum_xx = 0;
-    // Inlined by force: GCC kept it out of line (it is called twice in double), and the row's
-    // constants and accumulators went through memory with it.
-    auto sum_row = [&]() RESNORM_SIMD_ALWAYS_INLINE {
+  // Σg (Centred only), Σg·xhat and Σxhat² of row r, before their horizontal step.
+  constexpr int S = Centred ? 3 : 2;
+  // Inlined by force: GCC kept it out of line (it is called twice in double), and the row's
+  // constants and accumulators went through memory with it.
+  auto partials_of = [&](int r) RESNORM_SIMD_ALWAYS_INLINE {
+    return simd::row_partial_sums<C, S>(d, [&](index j, auto tag) {
+      const auto g = g_of(r, j, tag);
+      const auto xhat = xhat_of(r, j, tag);
       if constexpr (Centred) {
-        const auto sums = simd::row_sums<C, 3>(d, [&](index j, auto tag) {
-          const auto g = g_of(r, j, tag);
-          const auto xhat = xhat_of(r, j, tag);
-          return std::tuple{g, simd::product{g, xhat}, simd::product{xhat, xhat}};
-        });
-        sum_g = sums[0];
-        sum_gx = sums[1];
-        sum_xx = sums[2];
+        return std::tuple{g, simd::product{g, xhat}, simd::product{xhat, xhat}};
       } else {
-        const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
-          const auto xhat = xhat_of(r, j, tag);
-          return std::array{simd::product{g_of(r, j, tag), xhat}, simd::product{xhat, xhat}};
-        });
-        sum_gx = sums[0];
-        sum_xx = sums[1];
+        return std::array{simd::product{g, xhat}, simd::product{xhat, xhat}};
       }
-    };
-    sum_row();
+    });
+  };
+  // The R rows' sums first, then their horizontal steps together (simd::finish_sums of a group).
+  auto sums = simd::finish_sums([&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array{partials_of(static_cast<int>(I))...};
+  }(std::make_index_sequence<R>{}));
+  for (int r = 0; r < R; ++r) {
+    auto sum_g = [&] { return Centred ? sums[r][0] : 0.0; };
+    auto sum_gx = [&] { return sums[r][S - 2]; };
     if constexpr (std::is_same_v<C, double>) {
       // Σg or Σg·xhat beyond 2^1000 (up to d·|g|·sqrt(d) of finite g, or g = dy·γ itself past
       // double): sum g·2^-s instead, with the largest |g| brought near 2^900. Its exponent is
       // taken as max(ilogb dy + ilogb γ), which cannot overflow. A NaN or Inf in the row leaves
       // it unscaled: its outputs are NaN either way.
-      if (!(std::abs(sum_g) <= 0x1p1000 && std::abs(sum_gx) <= 0x1p1000)) {
+      if (!(std::abs(sum_g()) <= 0x1p1000 && std::abs(sum_gx()) <= 0x1p1000)) {
         int largest = std::numeric_limits<int>::min();
         bool finite = true;
         for (index j = 0; j < d; ++j) {
@@ -465,14 +495,15 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
           const int shift = std::min(largest - 900, 1022);
           k[r].g_scale = std::ldexp(1.0, -shift);
           k[r].out_scale = std::ldexp(k[r].rstd, shift);
-          sum_row();
+          sums[r] = simd::finish_sums(partials_of(r));
         }
       }
     } else {
-      in_range = in_range && float_backward_in_range(rows.s[r], sum_g, sum_gx, sum_xx, d);
+      in_range =
+          in_range && float_backward_in_range(rows.s[r], sum_g(), sum_gx(), sums[r][S - 1], d);
     }
-    k[r].a = static_cast<C>(sum_g * inv_d);
-    k[r].b = static_cast<C>(sum_gx * inv_d);
+    k[r].a = static_cast<C>(sum_g() * inv_d);
+    k[r].b = static_cast<C>(sum_gx() * inv_d);
   }
   if constexpr (!std::is_same_v<C, double>) {
     if (!in_range) {

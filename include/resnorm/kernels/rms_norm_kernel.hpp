@@ -41,16 +41,21 @@ struct rms_moments {
   bool in_range;  // false: redo the row in double (float arithmetic only)
 };
 
-// rstd = 1/sqrt(Σx²/d + eps) (eps inside the square root). Σx² accumulates in C; a float row
-// whose squares leave float's range is flagged for double arithmetic, a double row outside
-// double's is scaled before squaring (see square_range in layer_norm_kernel.hpp).
+// Σx² of a row, before its horizontal step (simd::row_partial_sums).
 template <class C, class T>
-RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps) {
-  const double inv_d = 1.0 / static_cast<double>(d);
-  const double sum_xx = simd::row_sums<C, 1>(d, [&](index j, auto tag) {
+RESNORM_SIMD_INLINE simd::row_partials<C, 1> rms_norm_square_partials(const T* x, index d) {
+  return simd::row_partial_sums<C, 1>(d, [&](index j, auto tag) {
     const auto v = simd::load<C>(x + j, tag);
     return std::array{simd::product{v, v}};
-  })[0];
+  });
+}
+
+// rstd = 1/sqrt(Σx²/d + eps) (eps inside the square root), from sum_xx = Σx² accumulated in C.
+// A float row whose squares leave float's range is flagged for double arithmetic, a double row
+// outside double's is scaled before squaring (see square_range in layer_norm_kernel.hpp).
+template <class C, class T>
+RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps, double sum_xx) {
+  const double inv_d = 1.0 / static_cast<double>(d);
   if (square_range<C>::handles(sum_xx, inv_d, eps)) {
     return {1.0 / std::sqrt(sum_xx * inv_d + eps), true};
   }
@@ -65,6 +70,11 @@ RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps
   } else {
     return {0.0, false};
   }
+}
+
+template <class C, class T>
+RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps) {
+  return rms_norm_moments<C>(x, d, eps, simd::finish_sums(rms_norm_square_partials<C>(x, d))[0]);
 }
 
 template <class C, class T>
@@ -125,9 +135,13 @@ template <class C, int R, bool HasGamma, bool Stream, class T>
 RESNORM_WIDE_VECTORS void rms_norm_group_forward(const T* const* x, index d,
                                                  const param_t<T>* gamma, double eps, T* const* y,
                                                  double* rstd) {
+  // The R rows' Σx² first, then their horizontal steps together.
+  const auto sums = simd::finish_sums([&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array{rms_norm_square_partials<C>(x[I], d)...};
+  }(std::make_index_sequence<R>{}));
   bool in_range = true;
   for (int r = 0; r < R; ++r) {
-    const rms_moments m = rms_norm_moments<C>(x[r], d, eps);
+    const rms_moments m = rms_norm_moments<C>(x[r], d, eps, sums[r][0]);
     rstd[r] = m.rstd;
     in_range = in_range && m.in_range;
   }
