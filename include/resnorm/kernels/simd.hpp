@@ -13,7 +13,9 @@
 // nearest (bf16: ties to even, NaN kept NaN).
 //
 // row_sums keeps several independent accumulators per sum, so consecutive adds do not wait on each
-// other, and folds them in a fixed order: the result depends on the row length alone.
+// other, and folds them in a fixed order: the result depends on the row length alone. A group of
+// rows may finish its sums together (finish_sums, sum_lanes_each): the same additions in the same
+// order, so a row has the same bits in a group as alone.
 #pragma once
 
 #include <algorithm>
