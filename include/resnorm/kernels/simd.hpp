@@ -95,17 +95,19 @@ template <class C, class T>
 inline constexpr bool pairs_stores = register_bytes == 32 &&
                                      static_cast<std::size_t>(width<C>) * sizeof(T) == 16;
 
-// The first packs of the pairs a body is storing, as raw bytes, in the order it stores them
-// (one per output row: at most 4), until the second packs come.
+// The first packs of the pairs a body is storing, not yet rounded to the stored type, in the
+// order it stores them (one per output row: at most 4), until the second packs come: the two are
+// rounded and gathered together (narrow_pair).
+template <class C>
 struct store_pairs {
-  std::array<vec<std::uint64_t, 2>, 4> pending;
+  std::array<pack<C>, 4> pending;
   int next = 0;
 };
 // A pack whose store is the first (Second = false) or second half of a 32-byte store; Base is
 // vector_tag (an ordinary store) or streaming_tag (around the cache, 32-byte aligned).
-template <bool Second, class Base>
+template <bool Second, class Base, class C>
 struct paired_tag : Base {
-  store_pairs* pairs;
+  store_pairs<C>* pairs;
 };
 
 // True for the tags of a whole pack (vector_tag, streaming_tag).
@@ -151,6 +153,23 @@ RESNORM_SIMD_INLINE C load(const T* p, scalar_tag) {
   return load_as<C>(*p);
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// Eight floats rounded to bf16 in place: each lane's high half holds its bf16 bits (to nearest,
+// ties to even; a NaN becomes the quiet NaN of its sign, one blend on a float compare), the low
+// half is left over. The bits of the generic form in narrow().
+RESNORM_SIMD_INLINE __m256i bf16_in_high_halves(vec<float, 8> v) {
+  const __m256 f = std::bit_cast<__m256>(v);
+  const __m256i u = std::bit_cast<__m256i>(v);
+  const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lowest_kept);
+  const __m256i quiet_nan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+  const __m256 is_nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  return std::bit_cast<__m256i>(
+      _mm256_blendv_ps(std::bit_cast<__m256>(rounded), std::bit_cast<__m256>(quiet_nan), is_nan));
+}
+#endif
+
 // The storage bits of v rounded to T: a vector of raw_t<T>, one lane per lane of v.
 template <class T, class V>
 RESNORM_SIMD_INLINE auto narrow(V v) requires(!std::is_floating_point_v<V>) {
@@ -166,23 +185,14 @@ RESNORM_SIMD_INLINE auto narrow(V v) requires(!std::is_floating_point_v<V>) {
   }
 #endif
 #if defined(__AVX2__) && !defined(__AVX512F__)
-  // The same bits in 9 instructions instead of 16: the rounding is done in place (the result is
-  // the high half of each lane, so no shift back), the NaN case is one blend on a float compare,
-  // and one byte shuffle plus one permute gather the high halves.
+  // The same bits in 9 instructions instead of 16: the rounding is done in place (see
+  // bf16_in_high_halves), and one byte shuffle plus one permute gather the high halves.
   if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float> && n == 8) {
-    const __m256 f = std::bit_cast<__m256>(v);
-    const __m256i u = std::bit_cast<__m256i>(v);
-    const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lowest_kept);
-    const __m256i quiet_nan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
-    const __m256 is_nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-    const __m256i bits = std::bit_cast<__m256i>(
-        _mm256_blendv_ps(std::bit_cast<__m256>(rounded), std::bit_cast<__m256>(quiet_nan), is_nan));
     const __m256i high_halves =
         _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,  //
                          2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i gathered = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bits, high_halves), 0x08);
+    const __m256i gathered =
+        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bf16_in_high_halves(v), high_halves), 0x08);
     return std::bit_cast<bits_t>(_mm256_castsi256_si128(gathered));
   }
 #endif
@@ -198,6 +208,29 @@ RESNORM_SIMD_INLINE auto narrow(V v) requires(!std::is_floating_point_v<V>) {
   } else {
     return __builtin_convertvector(v, bits_t);
   }
+}
+
+// The storage bits of a and then b, rounded to T: a vector of raw_t<T> of twice their lanes.
+template <class T, class V>
+RESNORM_SIMD_INLINE auto narrow_pair(V a, V b) {
+  using C = std::remove_cvref_t<decltype(a[0])>;
+  constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // Both rounded in place, shifted down and packed to 16 bits in one instruction (it works
+  // within each 16-byte half: a's low four, b's low four, a's high four, b's high four), then
+  // one permute puts the four groups in order: two shifts and two shuffles where gathering each
+  // pack alone and joining them took five shuffles.
+  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float> && n == 8) {
+    const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(bf16_in_high_halves(a), 16),
+                                               _mm256_srli_epi32(bf16_in_high_halves(b), 16));
+    return std::bit_cast<vec<std::uint16_t, 16>>(_mm256_permute4x64_epi64(packed, 0xd8));
+  }
+#endif
+  const auto first = narrow<T>(a), second = narrow<T>(b);
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return __builtin_shufflevector(first, second, static_cast<int>(I)...);
+  }
+  (std::make_index_sequence<2 * n>{});
 }
 
 // Rounds v to T and writes width<C> elements at p (any alignment).
@@ -265,19 +298,18 @@ RESNORM_SIMD_INLINE void store(T* p, V v, streaming_tag) {
 }
 // Bodies must not read back what they store: the first pack of a pair is written with the
 // second.
-template <class T, class V, bool Second, class Base>
-RESNORM_SIMD_INLINE void store(T* p, V v, paired_tag<Second, Base> tag) {
-  // Vector types throughout: an std::array here went through the stack (a store-forwarding
-  // stall on every pair).
-  const auto bits = std::bit_cast<vec<std::uint64_t, 2>>(narrow<T>(v));
+template <class T, class V, bool Second, class Base, class C>
+RESNORM_SIMD_INLINE void store(T* p, V v, paired_tag<Second, Base, C> tag) {
   // A body stores at most one pack per output row: a backward group's rows_per_group = 4 (a
   // forward body stores one row).
   assert(tag.pairs->next < static_cast<int>(tag.pairs->pending.size()));
   auto& first = tag.pairs->pending[static_cast<std::size_t>(tag.pairs->next++)];
   if constexpr (!Second) {
-    first = bits;
+    first = v;
   } else {
-    const vec<std::uint64_t, 4> both = __builtin_shufflevector(first, bits, 0, 1, 2, 3);
+    // Vector types throughout: an std::array here went through the stack (a store-forwarding
+    // stall on every pair).
+    const auto both = std::bit_cast<vec<std::uint64_t, 4>>(narrow_pair<T>(first, v));
     void* start = static_cast<void*>(p - 16 / sizeof(T));
     if constexpr (std::is_base_of_v<streaming_tag, Base>) {
       write_around_cache(start, both);
@@ -466,10 +498,10 @@ RESNORM_SIMD_INLINE std::array<double, M> sum_lanes_each(const std::array<pack<C
 // Two packs at a time, the second's stores completing the first's (see pairs_stores).
 template <class C, class Base, class Body>
 RESNORM_SIMD_INLINE void for_each_pair(index j, const Body& body) {
-  store_pairs pairs;
-  body(j, paired_tag<false, Base>{{}, &pairs});
+  store_pairs<C> pairs;
+  body(j, paired_tag<false, Base, C>{{}, &pairs});
   pairs.next = 0;
-  body(j + width<C>, paired_tag<true, Base>{{}, &pairs});
+  body(j + width<C>, paired_tag<true, Base, C>{{}, &pairs});
 }
 
 // body(j, vector_tag{}) for each whole pack of the row (or paired tags, two packs at a time,
