@@ -222,7 +222,7 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached 
         x.data(), d, gamma.data(), beta.data(), 1e-5, false, cached.data(), none);
     matrix<S> rms_cached(1, d);
     const double ra = k::rms_norm_row_forward<k::compute_t<S>, true>(
-        x.data(), d, gamma.data(), 1e-5, false, rms_cached.data());
+        x.data(), d, gamma.data(), 1e-5, false, rms_cached.data(), {x.data(), rms_cached.data()});
     for (Eigen::Index offset = 0; offset < stream_offsets<S>(); ++offset) {
       CAPTURE(d, offset);
       matrix<S> buffer(1, d + stream_offsets<S>());
@@ -233,8 +233,8 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached 
       CHECK(a.mean == b.mean);
       CHECK(a.rstd == b.rstd);
       CHECK(same_bits(cached.data(), streamed, d));
-      const double rb = k::rms_norm_row_forward<k::compute_t<S>, true>(x.data(), d, gamma.data(),
-                                                                       1e-5, true, streamed);
+      const double rb = k::rms_norm_row_forward<k::compute_t<S>, true>(
+          x.data(), d, gamma.data(), 1e-5, true, streamed, {x.data(), streamed});
       k::stream_fence();
       CHECK(ra == rb);
       CHECK(same_bits(rms_cached.data(), streamed, d));

@@ -119,11 +119,11 @@ RESNORM_WIDE_VECTORS double add_rms_norm_row(const T* x, const T* f, index d,
   const double sum_ss = add_row_sum<C, true>(x, f, d, s, local, next);
   const double inv_d = 1.0 / static_cast<double>(d);
   if (square_range<C>::handles(sum_ss, inv_d, eps)) {
-    return rms_norm_row_finish<C, HasGamma>(work, d, gamma, stream, y,
-                                            {1.0 / std::sqrt(sum_ss * inv_d + eps), true});
+    return rms_norm_row_finish<C, HasGamma>(
+        work, d, gamma, stream, y, {1.0 / std::sqrt(sum_ss * inv_d + eps), true}, {next.x, next.y});
   }
   // Out of C's range (or NaN / Inf): the norm's own fallbacks, from the stored s.
-  return rms_norm_row_forward<C, HasGamma>(work, d, gamma, eps, stream, y);
+  return rms_norm_row_forward<C, HasGamma>(work, d, gamma, eps, stream, y, {next.x, next.y});
 }
 
 template <class C, class T>

@@ -84,12 +84,18 @@ double rms_norm_row_rstd(const T* x, index d, double eps) {
 }
 
 // y_j = x_j · rstd · γ_j over n elements; Stream: y written around the cache, same bits.
-template <bool HasGamma, bool Stream, class C, class T>
+// Prefetch: the next row (next) is pulled towards the cache meanwhile, as LayerNorm's does.
+template <bool HasGamma, bool Prefetch, bool Stream, class C, class T>
 RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
                                             const param_t<T>* RESNORM_RESTRICT gamma,
-                                            T* RESNORM_RESTRICT y) {
+                                            T* RESNORM_RESTRICT y, next_row<T> next) {
   using simd::load;
   auto body = [&](index j, auto tag) {
+    if constexpr (Prefetch && simd::is_pack_tag<decltype(tag)>) {
+      simd::prefetch_read(next.in + j);
+      // A streamed output is never fetched: skipping that read is what streaming is for.
+      if constexpr (!Stream) simd::prefetch_write(next.out + j);
+    }
     auto v = load<C>(x + j, tag) * rstd;
     if constexpr (HasGamma) v *= load<C>(gamma + j, tag);
     simd::store(y + j, v, tag);
@@ -103,29 +109,38 @@ RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n
 
 template <class C, bool HasGamma, class T>
 RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
-                                                 double eps, bool stream, T* y);
+                                                 double eps, bool stream, T* y, next_row<T> next);
 
-// y from the row's moments m, once they are in C's range (m.in_range).
+// y from the row's moments m, once they are in C's range (m.in_range). next: the row to pull in
+// meanwhile, or this row's own pointers when there is none.
 template <class C, bool HasGamma, class T>
 RESNORM_SIMD_INLINE double rms_norm_row_finish(const T* x, index d, const param_t<T>* gamma,
-                                               bool stream, T* y, rms_moments m) {
+                                               bool stream, T* y, rms_moments m, next_row<T> next) {
   const C r = static_cast<C>(m.rstd);
-  if (stream) {
-    rms_norm_row_apply<HasGamma, true>(x, d, r, gamma, y);
+  // Branches written out, as in layer_norm_row_finish (GCC keeps dispatch2 out of line).
+  const bool prefetch = next.in != x;
+  if (stream && prefetch) {
+    rms_norm_row_apply<HasGamma, true, true>(x, d, r, gamma, y, next);
+  } else if (stream) {
+    rms_norm_row_apply<HasGamma, false, true>(x, d, r, gamma, y, next);
+  } else if (prefetch) {
+    rms_norm_row_apply<HasGamma, true, false>(x, d, r, gamma, y, next);
   } else {
-    rms_norm_row_apply<HasGamma, false>(x, d, r, gamma, y);
+    rms_norm_row_apply<HasGamma, false, false>(x, d, r, gamma, y, next);
   }
   return m.rstd;
 }
 
 template <class C, bool HasGamma, class T>
 RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const param_t<T>* gamma,
-                                                 double eps, bool stream, T* y) {
+                                                 double eps, bool stream, T* y, next_row<T> next) {
   const rms_moments m = rms_norm_moments<C>(x, d, eps);
   if constexpr (!std::is_same_v<C, double>) {
-    if (!m.in_range) return rms_norm_row_forward<double, HasGamma>(x, d, gamma, eps, stream, y);
+    if (!m.in_range) {
+      return rms_norm_row_forward<double, HasGamma>(x, d, gamma, eps, stream, y, next);
+    }
   }
-  return rms_norm_row_finish<C, HasGamma>(x, d, gamma, stream, y, m);
+  return rms_norm_row_finish<C, HasGamma>(x, d, gamma, stream, y, m, next);
 }
 
 // R narrow rows at once, as layer_norm_group_forward does: the R rows' sums of squares (a chain
@@ -134,7 +149,7 @@ RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const para
 template <class C, int R, bool HasGamma, bool Stream, class T>
 RESNORM_WIDE_VECTORS void rms_norm_group_forward(const T* const* x, index d,
                                                  const param_t<T>* gamma, double eps, T* const* y,
-                                                 double* rstd) {
+                                                 double* rstd, const next_row<T>* next) {
   // The R rows' Σx² first, then their horizontal steps together.
   const auto sums = simd::finish_sums([&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::array{rms_norm_square_partials<C>(x[I], d)...};
@@ -147,12 +162,13 @@ RESNORM_WIDE_VECTORS void rms_norm_group_forward(const T* const* x, index d,
   }
   if (!in_range) {
     for (int r = 0; r < R; ++r) {
-      rstd[r] = rms_norm_row_forward<C, HasGamma>(x[r], d, gamma, eps, Stream, y[r]);
+      rstd[r] = rms_norm_row_forward<C, HasGamma>(x[r], d, gamma, eps, Stream, y[r], next[r]);
     }
     return;
   }
   for (int r = 0; r < R; ++r) {
-    rms_norm_row_apply<HasGamma, Stream>(x[r], d, static_cast<C>(rstd[r]), gamma, y[r]);
+    rms_norm_row_apply<HasGamma, true, Stream>(x[r], d, static_cast<C>(rstd[r]), gamma, y[r],
+                                               next[r]);
   }
 }
 
@@ -213,16 +229,23 @@ void rms_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> ga
         kernels::dispatch2(stream, false, [&]<bool S, bool>() {
           for (; t + R <= end; t += R) {
             double r_out[R];
+            kernels::next_row<T> next[R];
+            for (int r = 0; r < R; ++r) {
+              const index n = t + r + R < end ? t + r + R : t + r;
+              next[r] = {x.row(n).data(), y.row(n).data()};
+            }
             kernels::rms_norm_group_forward<C, R, G, S>(kernels::row_pointers<R>(x, t).data(), d, g,
                                                         eps, kernels::row_pointers<R>(y, t).data(),
-                                                        r_out);
+                                                        r_out, next);
             for (int r = 0; rstd_out && r < R; ++r) rstd_out[t + r] = r_out[r];
           }
         });
       }
       for (; t < end; ++t) {
-        const double r = kernels::rms_norm_row_forward<C, G>(x.row(t).data(), d, g, eps, stream,
-                                                             y.row(t).data());
+        const index next = t + 1 < end ? t + 1 : t;
+        const double r =
+            kernels::rms_norm_row_forward<C, G>(x.row(t).data(), d, g, eps, stream, y.row(t).data(),
+                                                {x.row(next).data(), y.row(next).data()});
         if (rstd_out) rstd_out[t] = r;
       }
       if (stream) kernels::stream_fence();
