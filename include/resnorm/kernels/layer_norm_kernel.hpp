@@ -390,6 +390,20 @@ inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx, do
          sums_not_tiny && sum_xx >= 0x1p-90 * static_cast<double>(d);
 }
 
+// The row after a backward row (wide rows go one at a time), pulled towards the cache during the
+// row's second pass, which reads x and dy from the cache: the hardware prefetcher stops at each
+// 4 KiB page. x == nullptr: none. Only for an x of next_vjp_row_min_bytes or more: smaller
+// inputs are usually still in the cache, where the prefetches only cost (64 x 768 float backward
+// 6 % slower with them, 1024 x 1024 10 % faster, 4096 x 4096 15-22 %).
+inline constexpr std::size_t next_vjp_row_min_bytes = std::size_t(1) << 20;
+template <class T>
+struct next_vjp_row {
+  const T* x = nullptr;
+  const T* dy = nullptr;
+  const T* ds = nullptr;  // AddDs only
+  T* dx = nullptr;
+};
+
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
 // rows rather than once per row (their read-modify-write is most of the stores of a row), and
 // so that the R rows' reductions overlap. Row r: x[r], dy[r], stats s[r], writes dx[r] (+ ds[r]).
@@ -413,7 +427,8 @@ template <class C, int R, bool Centred, bool HasGamma, bool WantDGamma, bool Wan
           class T, class A>
 RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
                                          const param_t<T>* RESNORM_RESTRICT gamma,
-                                         A* RESNORM_RESTRICT dgamma, A* RESNORM_RESTRICT dbeta) {
+                                         A* RESNORM_RESTRICT dgamma, A* RESNORM_RESTRICT dbeta,
+                                         next_vjp_row<T> next = {}) {
   using simd::load, simd::splat;
   // g_scale: 1, or (double rows only) the power of two that brings g = dy ⊙ γ back into range
   // when its sums overflow; out_scale = rstd / g_scale then undoes it in dx (dx is linear in g).
@@ -548,6 +563,20 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     if constexpr (WantDGamma) simd::store(dgamma + j, dgamma_j);
     if constexpr (WantDBeta) simd::store(dbeta + j, dbeta_j);
   };
+  if constexpr (R == 1) {
+    if (next.x != nullptr) {
+      simd::for_each<C, T>(d, [&](index j, auto tag) {
+        if constexpr (simd::is_pack_tag<decltype(tag)>) {
+          simd::prefetch_read(next.x + j);
+          simd::prefetch_read(next.dy + j);
+          if constexpr (AddDs) simd::prefetch_read(next.ds + j);
+          simd::prefetch_write(next.dx + j);
+        }
+        body(j, tag);
+      });
+      return;
+    }
+  }
   simd::for_each<C, T>(d, body);
 }
 
@@ -589,11 +618,17 @@ void norm_range_vjp(index begin, index end, matrix_cref<T> x, matrix_cref<T> dy,
     norm_group_vjp<C, rows_per_group, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(
         g, d, gamma, dgamma, dbeta);
   }
+  const bool prefetch = static_cast<std::size_t>(x.size()) * sizeof(T) >= next_vjp_row_min_bytes;
   for (; t < end; ++t) {
     row_group<T, 1> g;
     fill(g, t);
+    next_vjp_row<T> next;
+    if (prefetch && t + 1 < end) {
+      next = {x.row(t + 1).data(), dy.row(t + 1).data(),
+              ds_data ? ds_data + (t + 1) * ds_stride : nullptr, dx.row(t + 1).data()};
+    }
     norm_group_vjp<C, 1, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(g, d, gamma, dgamma,
-                                                                          dbeta);
+                                                                          dbeta, next);
   }
 }
 
