@@ -129,14 +129,14 @@ TEMPLATE_TEST_CASE("simd::row_sums: a group's finish_sums equals each row's, pro
       // Against the sums in long double: within the float (double) rounding of d terms.
       long double sum_a = 0, sum_ab = 0, magnitude_a = 0, magnitude_ab = 0;
       for (resnorm::index j = 0; j < d; ++j) {
-        const long double x = a[static_cast<std::size_t>(r * d + j)];
-        const long double y = b[static_cast<std::size_t>(r * d + j)];
+        const auto x = static_cast<long double>(a[static_cast<std::size_t>(r * d + j)]);
+        const auto y = static_cast<long double>(b[static_cast<std::size_t>(r * d + j)]);
         sum_a += x;
         sum_ab += x * y;
         magnitude_a += std::abs(x);
         magnitude_ab += std::abs(x * y);
       }
-      const double eps = std::numeric_limits<C>::epsilon();
+      const auto eps = static_cast<double>(std::numeric_limits<C>::epsilon());
       const double bound = 2 * static_cast<double>(d) * eps;
       CHECK(std::abs(alone[0] - static_cast<double>(sum_a)) <=
             bound * static_cast<double>(magnitude_a));
