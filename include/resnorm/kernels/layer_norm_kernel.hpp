@@ -243,6 +243,29 @@ struct next_row {
   T* out;
 };
 
+// In a row's last pass, body(j, tag) pulls next's packs at j towards the cache (reading the
+// next input, and writing the next output unless it is streamed: skipping that read is what
+// streaming is for).
+template <bool Prefetch, bool Stream, class T, class Tag>
+RESNORM_SIMD_INLINE void prefetch_next_row(const next_row<T>& next, index j, Tag) {
+  if constexpr (Prefetch && simd::is_pack_tag<Tag>) {
+    simd::prefetch_read(next.in + j);
+    if constexpr (!Stream) simd::prefetch_write(next.out + j);
+  }
+}
+
+// The next_row of each row of a group starting at row t of x (and y): the same row R on, or the
+// row itself past end.
+template <int R, class MX, class MY>
+RESNORM_SIMD_INLINE auto group_next_rows(MX& x, MY& y, index t, index end) {
+  std::array<next_row<std::remove_cvref_t<decltype(*y.row(0).data())>>, R> next;
+  for (int r = 0; r < R; ++r) {
+    const index n = t + r + R < end ? t + r + R : t + r;
+    next[static_cast<std::size_t>(r)] = {x.row(n).data(), y.row(n).data()};
+  }
+  return next;
+}
+
 // y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j over n elements, as (x_j − hi)·rstd − lo·rstd.
 // Stream: y is written around the cache (simd::for_each_streaming), with the same bits.
 template <bool HasGamma, bool HasBeta, bool Prefetch, bool Stream, class C, class T>
@@ -254,11 +277,7 @@ RESNORM_SIMD_INLINE void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index
   using simd::load, simd::splat;
   const C lo_rstd = -(centre.lo * rstd);
   auto body = [&](index j, auto tag) {
-    if constexpr (Prefetch && simd::is_pack_tag<decltype(tag)>) {
-      simd::prefetch_read(next.in + j);
-      // A streamed output is never fetched: skipping that read is what streaming is for.
-      if constexpr (!Stream) simd::prefetch_write(next.out + j);
-    }
+    prefetch_next_row<Prefetch, Stream>(next, j, tag);
     auto v = simd::fma(load<C>(x + j, tag) - centre.hi, splat(rstd, tag), splat(lo_rstd, tag));
     if constexpr (HasGamma && HasBeta) {
       v = simd::fma(v, load<C>(gamma + j, tag), load<C>(beta + j, tag));
@@ -683,14 +702,10 @@ void layer_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> 
           for (; t + R <= end; t += R) {
             const auto xs = kernels::row_pointers<R>(x, t);
             const auto ys = kernels::row_pointers<R>(y, t);
-            kernels::next_row<T> next[R];
+            const auto next = kernels::group_next_rows<R>(x, y, t, end);
             kernels::row_stats s[R];
-            for (int r = 0; r < R; ++r) {
-              const index n = t + r + R < end ? t + r + R : t + r;
-              next[r] = {x.row(n).data(), y.row(n).data()};
-            }
             kernels::layer_norm_group_forward<C, R, G, B, S>(xs.data(), d, g, b, eps, ys.data(), s,
-                                                             next);
+                                                             next.data());
             for (int r = 0; r < R; ++r) {
               if (mean_out) mean_out[t + r] = s[r].mean;
               if (rstd_out) rstd_out[t + r] = s[r].rstd;

@@ -91,11 +91,7 @@ RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n
                                             T* RESNORM_RESTRICT y, next_row<T> next) {
   using simd::load;
   auto body = [&](index j, auto tag) {
-    if constexpr (Prefetch && simd::is_pack_tag<decltype(tag)>) {
-      simd::prefetch_read(next.in + j);
-      // A streamed output is never fetched: skipping that read is what streaming is for.
-      if constexpr (!Stream) simd::prefetch_write(next.out + j);
-    }
+    prefetch_next_row<Prefetch, Stream>(next, j, tag);
     auto v = load<C>(x + j, tag) * rstd;
     if constexpr (HasGamma) v *= load<C>(gamma + j, tag);
     simd::store(y + j, v, tag);
@@ -229,14 +225,10 @@ void rms_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> ga
         kernels::dispatch2(stream, false, [&]<bool S, bool>() {
           for (; t + R <= end; t += R) {
             double r_out[R];
-            kernels::next_row<T> next[R];
-            for (int r = 0; r < R; ++r) {
-              const index n = t + r + R < end ? t + r + R : t + r;
-              next[r] = {x.row(n).data(), y.row(n).data()};
-            }
+            const auto next = kernels::group_next_rows<R>(x, y, t, end);
             kernels::rms_norm_group_forward<C, R, G, S>(kernels::row_pointers<R>(x, t).data(), d, g,
                                                         eps, kernels::row_pointers<R>(y, t).data(),
-                                                        r_out, next);
+                                                        r_out, next.data());
             for (int r = 0; rstd_out && r < R; ++r) rstd_out[t + r] = r_out[r];
           }
         });
