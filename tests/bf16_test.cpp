@@ -170,3 +170,33 @@ TEST_CASE("bf16: every kernel matches float within bf16 precision", "[bf16]") {
     }
   }
 }
+
+// GELU rounds once: bf16 out is the float kernel's value on the widened input, rounded to bf16,
+// bit for bit, across the widening chunks (gelu_widen_chunk) and their tails.
+TEST_CASE("bf16: GELU is the float kernel rounded, bit for bit", "[bf16][gelu]") {
+  constexpr Eigen::Index chunk = resnorm::kernels::gelu_widen_chunk;
+  for (Eigen::Index dim :
+       {Eigen::Index{1}, Eigen::Index{9}, chunk - 1, chunk, chunk + 1, 4 * chunk + 23}) {
+    CAPTURE(dim);
+    // Spread over the whole curve, both tails included.
+    const matrix<bf16> xb = to_bf16(random_matrix<float>(3, dim, 7 + dim, 4.0));
+    const matrix<bf16> dyb = to_bf16(random_matrix<float>(3, dim, 8 + dim));
+    const matrix<float> x = to_float(xb), dy = to_float(dyb);
+    matrix<float> y(3, dim), dx(3, dim);
+    matrix<bf16> yb(3, dim), dxb(3, dim);
+    const auto same_bits = [](const matrix<bf16>& a, const matrix<bf16>& b) {
+      bool same = true;
+      for (Eigen::Index i = 0; i < a.size(); ++i)
+        same = same && a.data()[i].value == b.data()[i].value;
+      return same;
+    };
+    for (const auto form : {resnorm::gelu_approximation::erf, resnorm::gelu_approximation::tanh}) {
+      resnorm::gelu_forward_into<float>(x, form, y);
+      resnorm::gelu_forward_into<bf16>(xb, form, yb);
+      CHECK(same_bits(yb, to_bf16(y)));
+      resnorm::gelu_vjp_into<float>(x, dy, form, dx);
+      resnorm::gelu_vjp_into<bf16>(xb, dyb, form, dxb);
+      CHECK(same_bits(dxb, to_bf16(dx)));
+    }
+  }
+}
