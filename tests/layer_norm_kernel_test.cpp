@@ -137,6 +137,47 @@ TEST_CASE("layer_norm kernel: float rows of large offset keep y and dx to 1e-5",
   }
 }
 
+// The one-pass moments sum about the mean of a row's first origin_elements values. A row whose
+// first values sit far from the rest would cancel in Σc²/d − (Σc/d)² (up to log2(d / head) bits
+// of the variance): the pass must refuse it and the two-pass algorithm take the row, so its
+// mean and rstd stay as accurate as any other row's.
+TEMPLATE_TEST_CASE(
+    "layer_norm kernel: a row whose first values sit far from its mean keeps its "
+    "moments",
+    "[layer_norm][kernel][accuracy]", float, double) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  constexpr Eigen::Index head = k::origin_elements<k::compute_t<S>>;
+  const double eps = 1e-5;
+  for (Eigen::Index dim : {Eigen::Index(64), Eigen::Index(4096), Eigen::Index(65536)}) {
+    CAPTURE(dim);
+    // Row 0: N(0, 1) throughout (the one pass holds it); row 1: its first head values at 1000.
+    matrix<S> x = random_matrix<S>(2, dim, 40 + dim);
+    x.row(1).head(head).array() += S(1000);
+    for (Eigen::Index r = 0; r < 2; ++r) {
+      const S* row = x.row(r).data();
+      const auto origin = k::layer_norm_origin<k::compute_t<S>>(row, dim);
+      const auto one_pass = k::layer_norm_one_pass_moments(
+          origin, dim, eps,
+          k::simd::finish_sums(k::layer_norm_centred_partials<k::compute_t<S>>(row, dim, origin)));
+      CHECK(one_pass.in_range == (r == 0));
+    }
+    matrix<S> y(2, dim);
+    vector<double> mean(2), rstd(2);
+    resnorm::layer_norm_forward_into<S>(x, vector<S>(), vector<S>(), eps, y, mean, rstd);
+    const auto ref = resnorm_reference::norm_forward(norm_kind::layer, x, vector<S>(), vector<S>(),
+                                                     static_cast<long double>(eps));
+    for (Eigen::Index r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      const double ref_rstd = static_cast<double>(ref.rstd(r));
+      CHECK(std::abs(rstd(r) - ref_rstd) <= stats_tolerance<S>() * ref_rstd);
+      CHECK(std::abs(mean(r) - static_cast<double>(ref.mean(r))) * ref_rstd <=
+            stats_tolerance<S>());
+    }
+    CHECK(max_abs_diff(y, ref.y) <= tolerance<S>() * std::max(1.0, max_abs(ref.y)));
+  }
+}
+
 TEMPLATE_TEST_CASE("layer_norm class: forward and vjp agree with the _into kernels",
                    "[layer_norm][kernel]", float, double) {
   using S = TestType;

@@ -47,44 +47,60 @@ struct add_norm_next {
   T* y;
 };
 
-// s = x + f over a row, stored (rounded to T) at out, and the row sum of s, or of s², in C: the
-// norm's first pass fused into the add, so that s is read back only from L1. The sum is folded
-// as the norm's own first pass folds it (simd::row_sums), so y carries the same bits as the norm
-// run on the stored s. Squares: Σs² (RMSNorm), else Σs (LayerNorm's first mean). PrefetchOut:
-// out is the matrix s, whose next row is fetched for writing (not for an L1 buffer).
+// s = x + f over a row, stored (rounded to T) at out, and the norm's sums of s in C: its first
+// pass fused into the add, so that s is read back only from L1. The sums are folded as the
+// norm's own pass folds them (simd::row_sums), so y carries the same bits as the norm run on the
+// stored s. Squares: {Σs²} (RMSNorm); else {Σc, Σc²} of c = s − origin (LayerNorm's one pass,
+// layer_norm_one_pass_moments). PrefetchOut: out is the matrix s, whose next row is fetched for
+// writing (not for an L1 buffer).
 template <class C, bool Squares, bool PrefetchOut, class T>
-RESNORM_SIMD_INLINE double add_row_sum_into(const T* RESNORM_RESTRICT x,
-                                            const T* RESNORM_RESTRICT f, index d,
-                                            T* RESNORM_RESTRICT out, add_norm_next<T> next) {
+RESNORM_SIMD_INLINE auto add_row_sum_into(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT f,
+                                          index d, T* RESNORM_RESTRICT out, add_norm_next<T> next,
+                                          C origin) {
   using simd::load;
-  return simd::row_sums<C, 1>(d, [&](index j, auto tag) {
-    if constexpr (simd::is_pack_tag<decltype(tag)>) {
-      simd::prefetch_read(next.f + j);
-      if constexpr (PrefetchOut) simd::prefetch_write(next.s + j);
-    }
-    auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
-    simd::store(out + j, v);
-    // The norm sees s as stored: rounded to T when T is narrower than C (bf16, or float rows
-    // redone in double).
-    if constexpr (!std::is_same_v<T, C>) v = load<C>(out + j, tag);
-    if constexpr (Squares) {
-      return std::array{simd::product{v, v}};
-    } else {
-      return std::array{v};
-    }
-  })[0];
+  return simd::row_sums < C, Squares ? 1 : 2 > (d, [&](index j, auto tag) {
+                                             if constexpr (simd::is_pack_tag<decltype(tag)>) {
+                                               simd::prefetch_read(next.f + j);
+                                               if constexpr (PrefetchOut)
+                                                 simd::prefetch_write(next.s + j);
+                                             }
+                                             auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
+                                             simd::store(out + j, v);
+                                             // The norm sees s as stored: rounded to T when T is
+                                             // narrower than C (bf16, or float rows redone in
+                                             // double).
+                                             if constexpr (!std::is_same_v<T, C>)
+                                               v = load<C>(out + j, tag);
+                                             if constexpr (Squares) {
+                                               return std::array{simd::product{v, v}};
+                                             } else {
+                                               const auto c = v - origin;
+                                               return std::tuple{c, simd::product{c, c}};
+                                             }
+                                           });
 }
 
 // add_row_sum_into s itself (local == nullptr), or into local, a buffer in L1 that the norm then
 // reads, with s written from it around the cache: s is not read again soon (the next layer's
 // add is a whole sublayer away), so its lines need not be fetched, nor evict x, f and y.
 template <class C, bool Squares, class T>
-RESNORM_SIMD_INLINE double add_row_sum(const T* x, const T* f, index d, T* s, T* local,
-                                       add_norm_next<T> next) {
-  if (local == nullptr) return add_row_sum_into<C, Squares, true>(x, f, d, s, next);
-  const double sum = add_row_sum_into<C, Squares, false>(x, f, d, local, next);
+RESNORM_SIMD_INLINE auto add_row_sum(const T* x, const T* f, index d, T* s, T* local,
+                                     add_norm_next<T> next, C origin = 0) {
+  if (local == nullptr) return add_row_sum_into<C, Squares, true>(x, f, d, s, next, origin);
+  const auto sums = add_row_sum_into<C, Squares, false>(x, f, d, local, next, origin);
   stream_copy(s, local, static_cast<std::size_t>(d) * sizeof(T));
-  return sum;
+  return sums;
+}
+
+// The origin (layer_norm_origin) of s = x + f as it will be stored, from the row's first
+// elements: the LayerNorm pass fused into the add needs it before s exists.
+template <class C, class T>
+RESNORM_SIMD_INLINE C add_row_origin(const T* x, const T* f, index d) {
+  constexpr index head = origin_elements<C>;
+  const index n = std::min(d, head);
+  T s[head];
+  for (index j = 0; j < n; ++j) s[j] = store<T>(load_as<C>(x[j]) + load_as<C>(f[j]));
+  return layer_norm_origin<C>(s, n);
 }
 
 // Elements of T the fused forward keeps in L1 per thread when streaming (32 KiB): the rows of s
@@ -100,14 +116,13 @@ RESNORM_WIDE_VECTORS row_stats add_layer_norm_row(const T* x, const T* f, index 
                                                   double eps, bool stream, T* s, T* local, T* y,
                                                   add_norm_next<T> next) {
   const T* work = local ? local : s;
-  // Times 1/d, as layer_norm_first_mean scales its sum (not / d: the same bits).
-  double mean0 = add_row_sum<C, false>(x, f, d, s, local, next) * (1.0 / static_cast<double>(d));
-  if constexpr (std::is_same_v<C, double>) {
-    if (std::isinf(mean0)) mean0 = layer_norm_first_mean<C>(work, d);  // Σs overflowed
-  }
-  return layer_norm_row_finish<C, HasGamma, HasBeta>(
-      work, d, gamma, beta, eps, stream, y, {next.x, next.y},
-      layer_norm_corrected_moments<C>(work, d, eps, mean0));
+  const C origin = add_row_origin<C>(x, f, d);
+  auto m = layer_norm_one_pass_moments<C>(origin, d, eps,
+                                          add_row_sum<C, false>(x, f, d, s, local, next, origin));
+  // As layer_norm_moments: the two passes, on the stored s, where the one pass does not hold.
+  if (!m.in_range) m = layer_norm_two_pass_moments<C>(work, d, eps);
+  return layer_norm_row_finish<C, HasGamma, HasBeta>(work, d, gamma, beta, eps, stream, y,
+                                                     {next.x, next.y}, m);
 }
 
 // One row: s = x + f, then y = RMSNorm(s) from L1. Same bits as rms_norm_row_forward on s.
@@ -116,7 +131,7 @@ RESNORM_WIDE_VECTORS double add_rms_norm_row(const T* x, const T* f, index d,
                                              const param_t<T>* gamma, double eps, bool stream, T* s,
                                              T* local, T* y, add_norm_next<T> next) {
   const T* work = local ? local : s;
-  const double sum_ss = add_row_sum<C, true>(x, f, d, s, local, next);
+  const double sum_ss = add_row_sum<C, true>(x, f, d, s, local, next)[0];
   const double inv_d = 1.0 / static_cast<double>(d);
   if (square_range<C>::handles(sum_ss, inv_d, eps)) {
     return rms_norm_row_finish<C, HasGamma>(
