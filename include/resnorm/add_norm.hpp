@@ -58,26 +58,24 @@ RESNORM_SIMD_INLINE auto add_row_sum_into(const T* RESNORM_RESTRICT x, const T* 
                                           index d, T* RESNORM_RESTRICT out, add_norm_next<T> next,
                                           C origin) {
   using simd::load;
-  return simd::row_sums < C, Squares ? 1 : 2 > (d, [&](index j, auto tag) {
-                                             if constexpr (simd::is_pack_tag<decltype(tag)>) {
-                                               simd::prefetch_read(next.f + j);
-                                               if constexpr (PrefetchOut)
-                                                 simd::prefetch_write(next.s + j);
-                                             }
-                                             auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
-                                             simd::store(out + j, v);
-                                             // The norm sees s as stored: rounded to T when T is
-                                             // narrower than C (bf16, or float rows redone in
-                                             // double).
-                                             if constexpr (!std::is_same_v<T, C>)
-                                               v = load<C>(out + j, tag);
-                                             if constexpr (Squares) {
-                                               return std::array{simd::product{v, v}};
-                                             } else {
-                                               const auto c = v - origin;
-                                               return std::tuple{c, simd::product{c, c}};
-                                             }
-                                           });
+  constexpr int sums = Squares ? 1 : 2;
+  return simd::row_sums<C, sums>(d, [&](index j, auto tag) {
+    if constexpr (simd::is_pack_tag<decltype(tag)>) {
+      simd::prefetch_read(next.f + j);
+      if constexpr (PrefetchOut) simd::prefetch_write(next.s + j);
+    }
+    auto v = load<C>(x + j, tag) + load<C>(f + j, tag);
+    simd::store(out + j, v);
+    // The norm sees s as stored: rounded to T when T is narrower than C (bf16, or float rows
+    // redone in double).
+    if constexpr (!std::is_same_v<T, C>) v = load<C>(out + j, tag);
+    if constexpr (Squares) {
+      return std::array{simd::product{v, v}};
+    } else {
+      const auto c = v - origin;
+      return std::tuple{c, simd::product{c, c}};
+    }
+  });
 }
 
 // add_row_sum_into s itself (local == nullptr), or into local, a buffer in L1 that the norm then

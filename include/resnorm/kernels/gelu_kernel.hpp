@@ -208,21 +208,21 @@ RESNORM_WIDE_VECTORS void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM
     alignas(64) float xf[gelu_widen_chunk], dyf[gelu_widen_chunk];
     for (index j0 = 0; j0 < n; j0 += gelu_widen_chunk) {
       const index m = std::min(gelu_widen_chunk, n - j0);
-      const auto widen = [m](const bf16* from, float* to) RESNORM_SIMD_ALWAYS_INLINE {
-        simd::for_each<float, float>(m, [&](index j, auto tag) {
-          simd::store(to + j, simd::load<float>(from + j, tag), tag);
-        });
-      };
-      widen(x + j0, xf);
+      // from → to over the chunk: bf16 widened to float, or float rounded to bf16 (stores paired).
+      const auto convert = [m]<class From, class To>(const From* from, To* to)
+                               RESNORM_SIMD_ALWAYS_INLINE {
+                                 simd::for_each<float, To>(m, [&](index j, auto tag) {
+                                   simd::store(to + j, simd::load<float>(from + j, tag), tag);
+                                 });
+                               };
+      convert(x + j0, xf);
       if (dy) {
-        widen(dy + j0, dyf);
+        convert(dy + j0, dyf);
         for (index j = 0; j < m; ++j) xf[j] = dyf[j] * static_cast<float>(f(xf[j]));
       } else {
         for (index j = 0; j < m; ++j) xf[j] = f(xf[j]);
       }
-      simd::for_each<float, bf16>(m, [&](index j, auto tag) {
-        simd::store(out + j0 + j, simd::load<float>(xf + j, tag), tag);
-      });
+      convert(static_cast<const float*>(xf), out + j0);
     }
   } else if (dy) {
     for (index j = 0; j < n; ++j) {
