@@ -192,6 +192,14 @@ RESNORM_SIMD_INLINE C gelu_tanh_slope(C x) {
 // buffer, in L1 with the row.
 inline constexpr index gelu_widen_chunk = 256;
 
+// from → to over n elements of a chunk: bf16 widened to float, or float rounded to bf16 (stores
+// paired).
+template <class From, class To>
+RESNORM_SIMD_INLINE void gelu_convert_chunk(const From* from, To* to, index n) {
+  simd::for_each<float, To>(
+      n, [&](index j, auto tag) { simd::store(to + j, simd::load<float>(from + j, tag), tag); });
+}
+
 // out_j = f(x_j) (dy == nullptr) or dy_j · f(x_j), over n elements. The product is taken in
 // param_t<T> (float for float and bf16) after rounding f to it, so with C = double the vjp is
 // exactly dy ⊙ (the rounded derivative), as the gelu class promises.
@@ -208,21 +216,14 @@ RESNORM_WIDE_VECTORS void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM
     alignas(64) float xf[gelu_widen_chunk], dyf[gelu_widen_chunk];
     for (index j0 = 0; j0 < n; j0 += gelu_widen_chunk) {
       const index m = std::min(gelu_widen_chunk, n - j0);
-      // from → to over the chunk: bf16 widened to float, or float rounded to bf16 (stores paired).
-      const auto convert = [m]<class From, class To>(const From* from, To* to)
-                               RESNORM_SIMD_ALWAYS_INLINE {
-                                 simd::for_each<float, To>(m, [&](index j, auto tag) {
-                                   simd::store(to + j, simd::load<float>(from + j, tag), tag);
-                                 });
-                               };
-      convert(x + j0, xf);
+      gelu_convert_chunk(x + j0, xf, m);
       if (dy) {
-        convert(dy + j0, dyf);
+        gelu_convert_chunk(dy + j0, dyf, m);
         for (index j = 0; j < m; ++j) xf[j] = dyf[j] * static_cast<float>(f(xf[j]));
       } else {
         for (index j = 0; j < m; ++j) xf[j] = f(xf[j]);
       }
-      convert(static_cast<const float*>(xf), out + j0);
+      gelu_convert_chunk(xf, out + j0, m);
     }
   } else if (dy) {
     for (index j = 0; j < n; ++j) {
