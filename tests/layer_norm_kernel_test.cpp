@@ -4,6 +4,7 @@
 // streamed (non-temporal) row path against the cached one.
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -284,22 +285,28 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached 
 }
 
 // Narrow rows run in groups (kernels::forward_rows_per_group in the forward,
-// kernels::rows_per_group in the backward) and the rows left over one at a time: a row's results
-// must not depend on which. Every row of a 13-row matrix (in the forward a group of 8 and 5 single
-// rows; in the backward groups of 4 and a single row) is compared with the same row normalised
-// alone. Rows 5 and 9 leave float's square range (spread 2e-20, magnitude 2e25), so a float group
-// holding them is redone row by row or in double: the other rows of that group keep their bits too.
+// kernels::rows_per_group in the backward) and the rows left over, like every wide row, one at a
+// time, the forwards with two rows in flight (each row's apply interleaved with the next row's
+// sums, layer_norm_rows_overlapped): a row's results must not depend on which. Every row of a
+// 13-row matrix (in the forward a group of 8 and 5 single rows, or 13 single wide rows; in the
+// backward groups of 4 and a single row) is compared with the same row normalised alone. Rows 5
+// and 9 leave float's square range (spread 2e-20, magnitude 2e25), so a float group holding them
+// is redone row by row or in double: the other rows of that group keep their bits too. Row 2's
+// first elements sit 1000 above the rest, far from its mean, so its one-pass sums do not hold and
+// it takes the two-pass moments. The widths reach past group_row_bytes in every type (double past
+// 256 elements, float past 512, bf16 past 1024), and 2051 leaves a tail after the whole packs.
 TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: a row gives the same bits in a group as alone",
                    "[layer_norm][rms_norm][kernel]", float, double, Eigen::bfloat16) {
   using S = TestType;
   using P = resnorm::kernels::param_t<S>;
   constexpr Eigen::Index rows = 13;
   const double eps = 1e-5;
-  for (const Eigen::Index d : {1, 3, 64, 100, 512}) {
+  for (const Eigen::Index d : {1, 3, 64, 100, 512, 1100, 2051}) {
     CAPTURE(d);
     matrix<float> source = random_matrix<float>(rows, d, 300 + d, 2.0, 0.5);
     source.row(5) *= 1e-20f;
     source.row(9) *= 1e25f;
+    source.row(2).head(std::min<Eigen::Index>(d, 16)).array() += 1000.0f;
     const matrix<S> x = source.template cast<S>();
     const matrix<S> dy = random_matrix<float>(rows, d, 400 + d).template cast<S>();
     const vector<P> gamma = random_vector<P>(d, 401);

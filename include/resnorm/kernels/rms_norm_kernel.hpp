@@ -83,18 +83,25 @@ double rms_norm_row_rstd(const T* x, index d, double eps) {
   return m.in_range ? m.rstd : rms_norm_moments<double>(x, d, eps).rstd;
 }
 
+// y_j = x_j · rstd · γ_j at j, for a pack or the tail element of the row (tag).
+template <bool HasGamma, class C, class T, class Tag>
+RESNORM_SIMD_INLINE void rms_norm_apply_at(const T* RESNORM_RESTRICT x, index j, Tag tag, C rstd,
+                                           const param_t<T>* RESNORM_RESTRICT gamma,
+                                           T* RESNORM_RESTRICT y) {
+  auto v = simd::load<C>(x + j, tag) * rstd;
+  if constexpr (HasGamma) v *= simd::load<C>(gamma + j, tag);
+  simd::store(y + j, v, tag);
+}
+
 // y_j = x_j · rstd · γ_j over n elements; Stream: y written around the cache, same bits.
 // Prefetch: the next row (next) is pulled towards the cache meanwhile, as LayerNorm's does.
 template <bool HasGamma, bool Prefetch, bool Stream, class C, class T>
 RESNORM_SIMD_INLINE void rms_norm_row_apply(const T* RESNORM_RESTRICT x, index n, C rstd,
                                             const param_t<T>* RESNORM_RESTRICT gamma,
                                             T* RESNORM_RESTRICT y, next_row<T> next) {
-  using simd::load;
   auto body = [&](index j, auto tag) {
     prefetch_next_row<Prefetch, Stream>(next, j, tag);
-    auto v = load<C>(x + j, tag) * rstd;
-    if constexpr (HasGamma) v *= load<C>(gamma + j, tag);
-    simd::store(y + j, v, tag);
+    rms_norm_apply_at<HasGamma>(x, j, tag, rstd, gamma, y);
   };
   if constexpr (Stream) {
     simd::for_each_streaming<C>(n, y, body);
@@ -137,6 +144,40 @@ RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const para
     }
   }
   return rms_norm_row_finish<C, HasGamma>(x, d, gamma, stream, y, m, next);
+}
+
+// Rows 0 … rows − 1 of a forward whose y stays in the cache, two rows in flight as in
+// layer_norm_rows_overlapped: one loop writes row t's y while it sums the squares of row t + 1.
+// rstd_out(t, rstd) receives each row's rstd. The same bits as rms_norm_row_forward row by row;
+// a float row out of range, and the last row, take that plain row forward.
+template <class C, bool HasGamma, class T, class RstdOut>
+RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T* y, index y_stride,
+                                                   index rows, index d, const param_t<T>* gamma,
+                                                   double eps, const RstdOut& rstd_out) {
+  if (rows <= 0) return;
+  rms_moments m = rms_norm_moments<C>(x, d, eps);
+  for (index t = 0; t < rows; ++t) {
+    const T* row_x = x + t * x_stride;
+    T* row_y = y + t * y_stride;
+    const T* next_x = row_x + x_stride;
+    if (t + 1 == rows || !m.in_range) {
+      rstd_out(t, m.in_range ? rms_norm_row_finish<C, HasGamma>(row_x, d, gamma, false, row_y, m,
+                                                                {row_x, row_y})
+                             : rms_norm_row_forward<double, HasGamma>(row_x, d, gamma, eps, false,
+                                                                      row_y, {row_x, row_y}));
+      if (t + 1 < rows) m = rms_norm_moments<C>(next_x, d, eps);
+      continue;
+    }
+    const C rstd = static_cast<C>(m.rstd);
+    const auto next_sums =
+        simd::finish_sums(simd::row_partial_sums<C, 1>(d, [&](index j, auto tag) {
+          rms_norm_apply_at<HasGamma>(row_x, j, tag, rstd, gamma, row_y);
+          const auto v = simd::load<C>(next_x + j, tag);
+          return std::array{simd::product{v, v}};
+        }));
+    rstd_out(t, m.rstd);
+    m = rms_norm_moments<C>(next_x, d, eps, next_sums[0]);
+  }
 }
 
 // R narrow rows at once, as layer_norm_group_forward does: the R rows' sums of squares (a chain
@@ -232,6 +273,14 @@ void rms_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> ga
             for (int r = 0; rstd_out && r < R; ++r) rstd_out[t + r] = r_out[r];
           }
         });
+      }
+      if (kernels::overlaps_rows<C, T> && !stream && t < end) {
+        kernels::rms_norm_rows_overlapped<C, G>(x.row(t).data(), x.outerStride(), y.row(t).data(),
+                                                y.outerStride(), end - t, d, g, eps,
+                                                [&, first = t](index i, double r) {
+                                                  if (rstd_out) rstd_out[first + i] = r;
+                                                });
+        t = end;
       }
       for (; t < end; ++t) {
         const index next = t + 1 < end ? t + 1 : t;
