@@ -439,13 +439,14 @@ RESNORM_WIDE_VECTORS void layer_norm_rows_overlapped(const T* x, index x_stride,
   for (index t = 0; t < rows; ++t) {
     const T* row_x = x + t * x_stride;
     T* row_y = y + t * y_stride;
-    const T* next_x = row_x + x_stride;
     if (t + 1 == rows || !m.in_range) {
       stats_out(t, layer_norm_row_finish<C, HasGamma, HasBeta>(row_x, d, gamma, beta, eps, false,
                                                                row_y, {row_x, row_y}, m));
-      if (t + 1 < rows) m = layer_norm_moments<C>(next_x, d, eps);
+      if (t + 1 < rows) m = layer_norm_moments<C>(row_x + x_stride, d, eps);
       continue;
     }
+    // Formed only here: past the last row it could point beyond the matrix.
+    const T* next_x = row_x + x_stride;
     const C rstd = static_cast<C>(m.stats.rstd);
     const C hi = m.centre.hi, lo_rstd = -(m.centre.lo * rstd);
     const C origin = layer_norm_origin<C>(next_x, d);

@@ -159,15 +159,16 @@ RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T
   for (index t = 0; t < rows; ++t) {
     const T* row_x = x + t * x_stride;
     T* row_y = y + t * y_stride;
-    const T* next_x = row_x + x_stride;
     if (t + 1 == rows || !m.in_range) {
       rstd_out(t, m.in_range ? rms_norm_row_finish<C, HasGamma>(row_x, d, gamma, false, row_y, m,
                                                                 {row_x, row_y})
                              : rms_norm_row_forward<double, HasGamma>(row_x, d, gamma, eps, false,
                                                                       row_y, {row_x, row_y}));
-      if (t + 1 < rows) m = rms_norm_moments<C>(next_x, d, eps);
+      if (t + 1 < rows) m = rms_norm_moments<C>(row_x + x_stride, d, eps);
       continue;
     }
+    // Formed only here: past the last row it could point beyond the matrix.
+    const T* next_x = row_x + x_stride;
     const C rstd = static_cast<C>(m.rstd);
     const auto next_sums =
         simd::finish_sums(simd::row_partial_sums<C, 1>(d, [&](index j, auto tag) {
