@@ -329,9 +329,8 @@ RESNORM_SIMD_INLINE auto group_next_rows(MX& x, MY& y, index t, index end) {
   return next;
 }
 
-// y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j over n elements, as (x_j − hi)·rstd − lo·rstd.
-// Stream: y is written around the cache (simd::for_each_streaming), with the same bits.
-// That y at j, for a pack or the tail element of the row (tag); lo_rstd = −lo·rstd.
+// y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j at j, for a pack or the tail element of the row
+// (tag), as (x_j − hi)·rstd − lo·rstd; lo_rstd = −lo·rstd.
 template <bool HasGamma, bool HasBeta, class C, class T, class Tag>
 RESNORM_SIMD_INLINE void layer_norm_apply_at(const T* RESNORM_RESTRICT x, index j, Tag tag, C hi,
                                              C rstd, C lo_rstd,
@@ -350,6 +349,8 @@ RESNORM_SIMD_INLINE void layer_norm_apply_at(const T* RESNORM_RESTRICT x, index 
   simd::store(y + j, v, tag);
 }
 
+// That y over n elements. Stream: y is written around the cache (simd::for_each_streaming), with
+// the same bits.
 template <bool HasGamma, bool HasBeta, bool Prefetch, bool Stream, class C, class T>
 RESNORM_SIMD_INLINE void layer_norm_row_apply(const T* RESNORM_RESTRICT x, index n,
                                               const row_centre<C>& centre, C rstd,
