@@ -300,8 +300,8 @@ RESNORM_SIMD_INLINE void store(T* p, V v, streaming_tag) {
 // second.
 template <class T, class V, bool Second, class Base, class C>
 RESNORM_SIMD_INLINE void store(T* p, V v, paired_tag<Second, Base, C> tag) {
-  // A body stores at most one pack per output row: a backward group's rows_per_group = 4 (a
-  // forward body stores one row).
+  // A body stores at most one pack per output row: a backward group's rows_per_group = 4 or
+  // wide_rows_per_group = 2 (a forward body stores one row).
   assert(tag.pairs->next < static_cast<int>(tag.pairs->pending.size()));
   auto& first = tag.pairs->pending[static_cast<std::size_t>(tag.pairs->next++)];
   if constexpr (!Second) {
