@@ -694,10 +694,10 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     for (int r = 0; r < R; ++r) {
       const auto xhat = xhat_of(r, j, tag);
       // Loaded once, before dx is stored. dx and dy are not restrict, so a load after the store
-      // is a second load, and one that waits on the store's address check (x, dy and dx rows from
-      // aligned buffers share their low 12 bits, where that check starts). Without the reload the
-      // float backward ran 1.00-1.24x faster (medians of 15-20 interleaved in-process runs, two
-      // runs, 64 x 768 to 8192 x 64; AMD Zen 3).
+      // is a second load, and presumably one that waits on the store's address check (x, dy and
+      // dx rows from aligned buffers share their low 12 bits; not confirmed with counters, which
+      // this VM lacks). Without the reload the float backward ran 1.00-1.24x faster (medians of
+      // 15-20 interleaved in-process runs, two runs, 64 x 768 to 8192 x 64; AMD Zen 3).
       const auto dy_j = load<C>(rows.dy[r] + j, tag);
       auto v = g_from(r, dy_j, j, tag);
       if constexpr (Centred) v -= k[r].a;
@@ -742,10 +742,10 @@ void layer_norm_row_vjp(const T* x, const T* dy, index d, const param_t<T>* gamm
 // two rows of each sit at the same offset modulo 4 KiB, and with γ, dγ, dβ a pair keeps 9 or more
 // streams over one 8-way L1 set. In pairs, float 64 x 768 ran 1.06-1.10x and 512 x 768
 // 1.08-1.19x faster than alone (LayerNorm, RMSNorm, add + LN; in-process A/B, medians of 20-30
-// interleaved runs, AMD Zen 3). Not from memory: 4096 x 768 (x of 12 MiB, read from DRAM) ran
-// 0.67-0.79x, and 0.76-0.82x with the next pair prefetched; there the rows alone, with
-// next_vjp_row, keep more of the bandwidth. 4 rows at a time were slower in the cache too (0.90x
-// at 64 x 768: 4 rows' constants do not fit AVX2's 16 registers beside the pass's own).
+// interleaved runs, AMD Zen 3). Not from memory: 4096 x 768 (x, dy, dx of 12 MiB each, past the
+// 32 MiB L3) ran 0.67-0.79x, and 0.76-0.82x with the next pair prefetched; there the rows alone,
+// with next_vjp_row, keep more of the bandwidth. 4 rows at a time were slower in the cache too
+// (0.90x at 64 x 768: 4 rows' constants do not fit AVX2's 16 registers beside the pass's own).
 inline constexpr int wide_rows_per_group = 2;
 inline constexpr std::size_t paired_vjp_max_bytes = std::size_t(4) << 20;
 inline bool row_stride_spares_l1_sets(index stride, std::size_t element_bytes) {
