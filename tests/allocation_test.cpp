@@ -61,6 +61,28 @@ using resnorm_test::random_vector;
 
 }  // namespace
 
+// bf16 GELU fills its tables on first use, in static storage: the first call allocates nothing
+// either.
+TEST_CASE("kernels: bf16 GELU's first calls allocate nothing", "[allocation]") {
+  using bf16 = resnorm::kernels::bf16;
+  const matrix<bf16> x = random_matrix<float>(8, 40, 6).cast<bf16>();
+  const matrix<bf16> dy = random_matrix<float>(8, 40, 7).cast<bf16>();
+  matrix<bf16> y(8, 40);
+  const long before = allocations.load();
+  const long eigen_before = allocation_test::eigen_heap.load();
+  Eigen::internal::set_is_malloc_allowed(false);
+  resnorm::gelu_forward_into<bf16>(x, resnorm::gelu_approximation::erf, y);
+  resnorm::gelu_vjp_into<bf16>(x, dy, resnorm::gelu_approximation::tanh, y);
+  Eigen::internal::set_is_malloc_allowed(true);
+  CHECK(allocations.load() - before == 0);
+  CHECK(allocation_test::eigen_heap.load() - eigen_before == 0);
+  // The tables were filled: GELU(1) = Φ(1) ≈ 0.841345, 215.38 units of 2^-8: 0.83984375 in bf16.
+  const matrix<bf16> one = matrix<float>::Ones(1, 1).cast<bf16>();
+  matrix<bf16> y1(1, 1);
+  resnorm::gelu_forward_into<bf16>(one, resnorm::gelu_approximation::erf, y1);
+  CHECK(static_cast<float>(y1(0, 0)) == 0.83984375f);
+}
+
 TEST_CASE("kernels: the _into entry points allocate nothing", "[allocation]") {
   const Eigen::Index rows = 64, dim = 96;
   const matrix<float> x = random_matrix<float>(rows, dim, 1);

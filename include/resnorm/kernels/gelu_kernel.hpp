@@ -15,6 +15,8 @@
 // erf derivative. That is an absolute bound: for x ≪ 0, where GELU(x) is tiny, the erf form's
 // relative error is large (use C = double, as the gelu class does, for relative accuracy).
 // With C = double the kernels call std::erfc / std::exp per element and round once.
+// bf16 (either C) looks each element up in a table of the C = double values (bf16_table.hpp):
+// the same bits as the double element loop, at the cost of a load per element.
 // Non-finite x, either C: NaN gives NaN; GELU(+inf) = +inf, GELU(−inf) = −0,
 // GELU'(+inf) = 1, GELU'(−inf) = 0 — the limits, never inf · 0 = NaN.
 #pragma once
@@ -27,6 +29,7 @@
 #include <type_traits>
 
 #include "resnorm/detail/check.hpp"
+#include "resnorm/kernels/bf16_table.hpp"
 #include "resnorm/kernels/parallel.hpp"
 #include "resnorm/kernels/simd.hpp"
 #include "resnorm/kernels/storage.hpp"
@@ -188,16 +191,61 @@ RESNORM_SIMD_INLINE C gelu_tanh_slope(C x) {
   return select(saturated, select(x < C(0), C(0), s), s + x * w * du);
 }
 
-// Elements a bf16 row is widened to float in, a chunk at a time (gelu_row): 1 KiB of float per
-// buffer, in L1 with the row.
-inline constexpr index gelu_widen_chunk = 256;
+// GELU's value or its slope.
+enum class gelu_part { value, slope };
 
-// from → to over n elements of a chunk: bf16 widened to float, or float rounded to bf16 (stores
-// paired).
-template <class From, class To>
-RESNORM_SIMD_INLINE void gelu_convert_chunk(const From* from, To* to, index n) {
-  simd::for_each<float, To>(
-      n, [&](index j, auto tag) { simd::store(to + j, simd::load<float>(from + j, tag), tag); });
+// The four element functions as empty function objects: their types name the bf16 tables
+// (bf16_table.hpp), and f(x) evaluates them in the type of x.
+template <gelu_approximation Form, gelu_part Part>
+struct gelu_function {
+  template <class C>
+  RESNORM_SIMD_INLINE C operator()(C x) const {
+    if constexpr (Form == gelu_approximation::erf) {
+      return Part == gelu_part::value ? gelu_erf_value(x) : gelu_erf_slope(x);
+    } else {
+      return Part == gelu_part::value ? gelu_tanh_value(x) : gelu_tanh_slope(x);
+    }
+  }
+};
+
+// A function the bf16 rows take from a table: stateless, so its type alone says what it is
+// (the gelu class's lambdas carry the form at run time and take the element loop).
+template <class F>
+inline constexpr bool tabulable = std::is_empty_v<F>&& std::is_default_constructible_v<F>;
+
+// The tables one call of gelu_rows reads, taken before its threads start: f rounded to bf16 for
+// out = f(x), f rounded to float for out = dy ⊙ f(x) (the product then taken in float).
+template <class F>
+struct gelu_tables {
+  const bf16_table<F, bf16>* value = nullptr;
+  const bf16_table<F, float>* factor = nullptr;
+};
+
+// Elements of a bf16 row whose factors are looked up into an L1 buffer (1 KiB) before the
+// vectorised multiply by dy.
+inline constexpr index gelu_lookup_chunk = 256;
+
+// out_j = f(x_j) (dy == nullptr) or dy_j · f(x_j) over n bf16 elements, f from its tables.
+template <class F>
+RESNORM_WIDE_VECTORS void gelu_row_tabulated(const bf16* RESNORM_RESTRICT x,
+                                             const bf16* RESNORM_RESTRICT dy, index n,
+                                             const gelu_tables<F>& tables,
+                                             bf16* RESNORM_RESTRICT out) {
+  if (!dy) {
+    for (index j = 0; j < n; ++j) out[j] = (*tables.value)[x[j]];
+    return;
+  }
+  // Lookups first, a chunk at a time, so that the multiply and the rounding to bf16 run as
+  // packs rather than one element at a time beside each lookup.
+  alignas(64) float factor[gelu_lookup_chunk];
+  for (index j0 = 0; j0 < n; j0 += gelu_lookup_chunk) {
+    const index m = std::min(gelu_lookup_chunk, n - j0);
+    for (index j = 0; j < m; ++j) factor[j] = (*tables.factor)[x[j0 + j]];
+    simd::for_each<float, bf16>(m, [&](index j, auto tag) {
+      simd::store(out + j0 + j,
+                  simd::load<float>(dy + j0 + j, tag) * simd::load<float>(factor + j, tag), tag);
+    });
+  }
 }
 
 // out_j = f(x_j) (dy == nullptr) or dy_j · f(x_j), over n elements. The product is taken in
@@ -207,25 +255,7 @@ template <class C, class T, class F>
 RESNORM_WIDE_VECTORS void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM_RESTRICT dy,
                                    index n, F f, T* RESNORM_RESTRICT out) {
   using P = param_t<T>;
-  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float>) {
-    // bf16 widens into float buffers (in L1) a chunk at a time, and the element loop runs on
-    // them as it does on a float row. Mixing 16-bit storage with float arithmetic in one loop
-    // made the vectoriser take 16 lanes per step, two registers per value: GELU's constants
-    // and temporaries no longer fit the 16 AVX2 registers and spilled (bf16 GELU erf forward
-    // at 0.68x float's elements per second). The same bits either way.
-    alignas(64) float xf[gelu_widen_chunk], dyf[gelu_widen_chunk];
-    for (index j0 = 0; j0 < n; j0 += gelu_widen_chunk) {
-      const index m = std::min(gelu_widen_chunk, n - j0);
-      gelu_convert_chunk(x + j0, xf, m);
-      if (dy) {
-        gelu_convert_chunk(dy + j0, dyf, m);
-        for (index j = 0; j < m; ++j) xf[j] = dyf[j] * static_cast<float>(f(xf[j]));
-      } else {
-        for (index j = 0; j < m; ++j) xf[j] = f(xf[j]);
-      }
-      gelu_convert_chunk(xf, out + j0, m);
-    }
-  } else if (dy) {
+  if (dy) {
     for (index j = 0; j < n; ++j) {
       out[j] = store<T>(load_as<P>(dy[j]) * static_cast<P>(f(load_as<C>(x[j]))));
     }
@@ -236,12 +266,32 @@ RESNORM_WIDE_VECTORS void gelu_row(const T* RESNORM_RESTRICT x, const T* RESNORM
 
 // out = f(x) or dy ⊙ f(x) row by row (dy_base: row t at dy_base + t·dy_stride, or nullptr).
 // out_name: the caller's name for out (y, slope, dx), for the error message.
+// bf16 with a stateless f looks f up (bf16_table.hpp) for any C: the tables hold f's double
+// value, so the result has the bits of the C = double element loop, at the cost of a load.
 template <class C, class T, class F>
 void gelu_rows(const char* fn, matrix_cref<T> x, const T* dy_base, index dy_stride, F f,
                const char* out_name, matrix_ref<T> out) {
   detail::check_same_shape(fn, out_name, out, "x", x);
   const index d = x.cols();
   const bool stream = use_streaming_stores(static_cast<std::size_t>(out.size()) * sizeof(T));
+  constexpr bool tabulated = std::is_same_v<T, bf16> && tabulable<F>;
+  gelu_tables<F> tables;
+  if constexpr (tabulated) {
+    if (x.size() != 0) {
+      if (dy_base) {
+        tables.factor = &bf16_table_of<F, float>();
+      } else {
+        tables.value = &bf16_table_of<F, bf16>();
+      }
+    }
+  }
+  const auto row = [&](const T* xr, const T* dyr, index n, T* yr) {
+    if constexpr (tabulated) {
+      gelu_row_tabulated(xr, dyr, n, tables, yr);
+    } else {
+      gelu_row<C>(xr, dyr, n, f, yr);
+    }
+  };
   parallel_rows(x.rows(), d, [&](index begin, index end) {
     alignas(64) T buffer[stream_chunk];
     for (index t = begin; t < end; ++t) {
@@ -249,12 +299,12 @@ void gelu_rows(const char* fn, matrix_cref<T> x, const T* dy_base, index dy_stri
       const T* dyr = dy_base ? dy_base + t * dy_stride : nullptr;
       T* yr = out.row(t).data();
       if (!stream) {
-        gelu_row<C>(xr, dyr, d, f, yr);
+        row(xr, dyr, d, yr);
         continue;
       }
       for (index j = 0; j < d; j += stream_chunk) {
         const index n = std::min(stream_chunk, d - j);
-        gelu_row<C>(xr + j, dyr ? dyr + j : nullptr, n, f, buffer);
+        row(xr + j, dyr ? dyr + j : nullptr, n, buffer);
         stream_copy(yr + j, buffer, static_cast<std::size_t>(n) * sizeof(T));
       }
     }
@@ -270,11 +320,11 @@ void gelu_forward_into(matrix_cref<T> x, gelu_approximation form, matrix_ref<T> 
   if (form == gelu_approximation::erf) {
     kernels::gelu_rows<C>(
         "gelu_forward_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_erf_value(v); }, "y", y);
+        kernels::gelu_function<gelu_approximation::erf, kernels::gelu_part::value>{}, "y", y);
   } else {
     kernels::gelu_rows<C>(
         "gelu_forward_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_tanh_value(v); }, "y", y);
+        kernels::gelu_function<gelu_approximation::tanh, kernels::gelu_part::value>{}, "y", y);
   }
 }
 
@@ -284,11 +334,13 @@ void gelu_derivative_into(matrix_cref<T> x, gelu_approximation form, matrix_ref<
   if (form == gelu_approximation::erf) {
     kernels::gelu_rows<C>(
         "gelu_derivative_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_erf_slope(v); }, "slope", slope);
+        kernels::gelu_function<gelu_approximation::erf, kernels::gelu_part::slope>{}, "slope",
+        slope);
   } else {
     kernels::gelu_rows<C>(
         "gelu_derivative_into", x, static_cast<const T*>(nullptr), 0,
-        [](C v) { return kernels::gelu_tanh_slope(v); }, "slope", slope);
+        kernels::gelu_function<gelu_approximation::tanh, kernels::gelu_part::slope>{}, "slope",
+        slope);
   }
 }
 
@@ -299,12 +351,12 @@ void gelu_vjp_into(matrix_cref<T> x, matrix_cref<T> dy, gelu_approximation form,
   const index stride = dy.outerStride();
   if (form == gelu_approximation::erf) {
     kernels::gelu_rows<C>(
-        "gelu_vjp_into", x, dy.data(), stride, [](C v) { return kernels::gelu_erf_slope(v); }, "dx",
-        dx);
+        "gelu_vjp_into", x, dy.data(), stride,
+        kernels::gelu_function<gelu_approximation::erf, kernels::gelu_part::slope>{}, "dx", dx);
   } else {
     kernels::gelu_rows<C>(
-        "gelu_vjp_into", x, dy.data(), stride, [](C v) { return kernels::gelu_tanh_slope(v); },
-        "dx", dx);
+        "gelu_vjp_into", x, dy.data(), stride,
+        kernels::gelu_function<gelu_approximation::tanh, kernels::gelu_part::slope>{}, "dx", dx);
   }
 }
 
