@@ -25,7 +25,15 @@ struct outputs {
   matrix<float> ln_y, ln_dx, rms_y, rms_dx, gelu_y, gelu_dx, add_s, add_y, add_dx;
   vector<float> ln_dgamma, ln_dbeta, rms_dgamma, add_dgamma, add_dbeta;
   vector<double> ln_mean, ln_rstd;
+  matrix<resnorm::kernels::bf16> gelu_bf16_y, gelu_bf16_dx;  // the tabulated path
 };
+
+bool same_bits(const matrix<resnorm::kernels::bf16>& a, const matrix<resnorm::kernels::bf16>& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  for (Eigen::Index i = 0; i < a.size(); ++i)
+    if (a.data()[i].value != b.data()[i].value) return false;
+  return true;
+}
 
 // Everything once, on the current thread count. Shapes above parallel_min_elements so the
 // kernels do split, with row counts that do not divide evenly among 2 or 4 threads.
@@ -51,6 +59,11 @@ outputs run_all(Eigen::Index rows, Eigen::Index dim) {
   resnorm::rms_norm_vjp_into<float>(x, dy, gamma, rstd, o.rms_dx, o.rms_dgamma, ws);
   resnorm::gelu_forward_into<float>(x, resnorm::gelu_approximation::erf, o.gelu_y);
   resnorm::gelu_vjp_into<float>(x, dy, resnorm::gelu_approximation::tanh, o.gelu_dx);
+  using bf16 = resnorm::kernels::bf16;
+  const matrix<bf16> xb = x.cast<bf16>(), dyb = dy.cast<bf16>();
+  o.gelu_bf16_y.resize(rows, dim), o.gelu_bf16_dx.resize(rows, dim);
+  resnorm::gelu_forward_into<bf16>(xb, resnorm::gelu_approximation::erf, o.gelu_bf16_y);
+  resnorm::gelu_vjp_into<bf16>(xb, dyb, resnorm::gelu_approximation::tanh, o.gelu_bf16_dx);
   resnorm::add_norm_forward_into<float>(resnorm::add_norm_kind::layer_norm, x, f, gamma, beta, 1e-5,
                                         o.add_s, o.add_y, mean2, rstd2);
   resnorm::add_norm_vjp_into<float>(resnorm::add_norm_kind::layer_norm, o.add_s, f, dy, gamma,
@@ -70,6 +83,8 @@ void check_same(const outputs& a, const outputs& b) {
   CHECK(a.rms_dgamma == b.rms_dgamma);
   CHECK(a.gelu_y == b.gelu_y);
   CHECK(a.gelu_dx == b.gelu_dx);
+  CHECK(same_bits(a.gelu_bf16_y, b.gelu_bf16_y));
+  CHECK(same_bits(a.gelu_bf16_dx, b.gelu_bf16_dx));
   CHECK(a.add_s == b.add_s);
   CHECK(a.add_y == b.add_y);
   CHECK(a.add_dx == b.add_dx);
