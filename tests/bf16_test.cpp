@@ -237,7 +237,7 @@ TEST_CASE("bf16: GELU forward is correctly rounded from its exact value", "[bf16
   double worst = 0;
   long checked = 0;
   for (Eigen::Index i = 0; i < every.size(); ++i) {
-    const long double x = static_cast<float>(every.data()[i]);
+    const long double x = static_cast<long double>(static_cast<float>(every.data()[i]));
     if (!std::isfinite(x)) continue;
     const long double exact = 0.5L * x * std::erfc(-x / std::sqrt(2.0L));
     // Half an ulp of bf16 at exact: 2^(e - 8) for exact in [2^e, 2^(e+1)), floored at the
@@ -245,7 +245,7 @@ TEST_CASE("bf16: GELU forward is correctly rounded from its exact value", "[bf16
     const int e = exact == 0 ? -200 : std::ilogb(exact);
     const long double half_ulp = std::ldexp(1.0L, std::max(e, -126) - 8);
     const long double bound = half_ulp + std::abs(exact) * 0x1p-24L + 0x1p-150L;
-    const long double got = static_cast<float>(y.data()[i]);
+    const long double got = static_cast<long double>(static_cast<float>(y.data()[i]));
     worst = std::max(worst, static_cast<double>(std::abs(got - exact) / bound));
     ++checked;
   }
