@@ -5,7 +5,6 @@
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -24,6 +23,7 @@ using resnorm_test::max_abs;
 using resnorm_test::max_abs_diff;
 using resnorm_test::random_matrix;
 using resnorm_test::random_vector;
+using resnorm_test::same_bits;
 
 // Relative tolerance of the kernels against long double, times max(1, max|reference|): the
 // kernel rounds each y (dx) a few times in the compute type and sums up to ~4000 terms in
@@ -231,12 +231,6 @@ TEST_CASE("layer_norm kernel: arguments are checked", "[layer_norm][kernel][erro
 // every element offset from a 64-byte boundary (so every head length occurs). Where the results
 // are written changes, never their values.
 namespace {
-
-// Bitwise equality of n elements.
-template <class S>
-bool same_bits(const S* a, const S* b, Eigen::Index n) {
-  return std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
-}
 
 const std::vector<Eigen::Index> stream_dims = {1, 5, 37, 1024, 2500};
 

@@ -2,6 +2,7 @@
 //
 //   max_abs_diff(a, b), max_abs(a)        worst entry, in double, of any two Eigen objects
 //   max_rel_diff(a, b)                    max |a − b| relative to max |b|
+//   same_bits(a, b, n)                    n elements at a and b bitwise equal
 //   vec(m), unvec(v, rows, cols)          row-major flattening, as Jacobians index it
 //   random_matrix<S>(rows, cols, seed)    seeded N(mean, std²) entries via resnorm::random_normal
 //   check_derivatives(f, x, tolerance)    jacobian() vs finite differences, vjp vs Jᵀu,
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -26,6 +28,12 @@ namespace resnorm_test {
 using resnorm::index;
 using dmatrix = resnorm::matrix<double>;
 using dvector = resnorm::vector<double>;
+
+// Bitwise equality of n elements (−0 and +0 differ, a NaN equals its own bits).
+template <class S>
+bool same_bits(const S* a, const S* b, index n) {
+  return std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
+}
 
 // max |a − b| over all entries, in double; NaN as soon as one difference is NaN, so a NaN never
 // passes a `<= tolerance` check.

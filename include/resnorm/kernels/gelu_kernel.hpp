@@ -312,52 +312,42 @@ void gelu_rows(const char* fn, matrix_cref<T> x, const T* dy_base, index dy_stri
   });
 }
 
+// body(gelu_function<form, Part>{}): the run-time form chosen once, as a type.
+template <gelu_part Part, class Body>
+void with_gelu_function(gelu_approximation form, Body body) {
+  if (form == gelu_approximation::erf) {
+    body(gelu_function<gelu_approximation::erf, Part>{});
+  } else {
+    body(gelu_function<gelu_approximation::tanh, Part>{});
+  }
+}
+
 }  // namespace kernels
 
 // y = GELU(x) into a caller-owned y (shape of x). Allocates nothing.
 template <class T, class C = kernels::compute_t<T>>
 void gelu_forward_into(matrix_cref<T> x, gelu_approximation form, matrix_ref<T> y) {
-  if (form == gelu_approximation::erf) {
-    kernels::gelu_rows<C>(
-        "gelu_forward_into", x, static_cast<const T*>(nullptr), 0,
-        kernels::gelu_function<gelu_approximation::erf, kernels::gelu_part::value>{}, "y", y);
-  } else {
-    kernels::gelu_rows<C>(
-        "gelu_forward_into", x, static_cast<const T*>(nullptr), 0,
-        kernels::gelu_function<gelu_approximation::tanh, kernels::gelu_part::value>{}, "y", y);
-  }
+  kernels::with_gelu_function<kernels::gelu_part::value>(form, [&](auto f) {
+    kernels::gelu_rows<C>("gelu_forward_into", x, static_cast<const T*>(nullptr), 0, f, "y", y);
+  });
 }
 
 // slope = GELU'(x), elementwise, into a caller-owned matrix (shape of x).
 template <class T, class C = kernels::compute_t<T>>
 void gelu_derivative_into(matrix_cref<T> x, gelu_approximation form, matrix_ref<T> slope) {
-  if (form == gelu_approximation::erf) {
-    kernels::gelu_rows<C>(
-        "gelu_derivative_into", x, static_cast<const T*>(nullptr), 0,
-        kernels::gelu_function<gelu_approximation::erf, kernels::gelu_part::slope>{}, "slope",
-        slope);
-  } else {
-    kernels::gelu_rows<C>(
-        "gelu_derivative_into", x, static_cast<const T*>(nullptr), 0,
-        kernels::gelu_function<gelu_approximation::tanh, kernels::gelu_part::slope>{}, "slope",
-        slope);
-  }
+  kernels::with_gelu_function<kernels::gelu_part::slope>(form, [&](auto f) {
+    kernels::gelu_rows<C>("gelu_derivative_into", x, static_cast<const T*>(nullptr), 0, f, "slope",
+                          slope);
+  });
 }
 
 // dx = dy ⊙ GELU'(x) into a caller-owned dx (shape of x), one pass over x and dy.
 template <class T, class C = kernels::compute_t<T>>
 void gelu_vjp_into(matrix_cref<T> x, matrix_cref<T> dy, gelu_approximation form, matrix_ref<T> dx) {
   detail::check_same_shape("gelu_vjp_into", "dy", dy, "x", x);
-  const index stride = dy.outerStride();
-  if (form == gelu_approximation::erf) {
-    kernels::gelu_rows<C>(
-        "gelu_vjp_into", x, dy.data(), stride,
-        kernels::gelu_function<gelu_approximation::erf, kernels::gelu_part::slope>{}, "dx", dx);
-  } else {
-    kernels::gelu_rows<C>(
-        "gelu_vjp_into", x, dy.data(), stride,
-        kernels::gelu_function<gelu_approximation::tanh, kernels::gelu_part::slope>{}, "dx", dx);
-  }
+  kernels::with_gelu_function<kernels::gelu_part::slope>(form, [&](auto f) {
+    kernels::gelu_rows<C>("gelu_vjp_into", x, dy.data(), dy.outerStride(), f, "dx", dx);
+  });
 }
 
 }  // namespace resnorm
