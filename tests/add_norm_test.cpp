@@ -2,6 +2,7 @@
 // long-double loops, and its backward dx = ds + J_normᵀ dy, for LayerNorm and RMSNorm.
 #include "resnorm/add_norm.hpp"
 
+#include <cstdint>
 #include <vector>
 
 #include "reference/norm_kernel_reference.hpp"
@@ -95,7 +96,9 @@ TEST_CASE("add_norm: arguments are checked", "[add_norm][errors]") {
 
 // Outputs past kernels::streaming_min_bytes: s is formed in an L1 buffer, the norm reads it
 // there, and s and y are written around the cache. Too large to allocate in a test, so the row
-// kernels are called with a buffer and stream = true directly, against the in-place rows.
+// kernels are called with a buffer and stream = true directly, against the in-place rows. s sits
+// on a 64-byte boundary (streamed from the add's loop) and one element past it (copied out of the
+// buffer after the loop).
 TEMPLATE_TEST_CASE("add_norm: streamed rows equal in-place rows bit for bit", "[add_norm][stream]",
                    float, double, Eigen::bfloat16) {
   using S = TestType;
@@ -108,28 +111,36 @@ TEMPLATE_TEST_CASE("add_norm: streamed rows equal in-place rows bit for bit", "[
     const matrix<S> f = random_matrix<float>(1, d, 97 + d).template cast<S>();
     const vector<P> gamma = random_vector<P>(d, 98);
     const vector<P> beta = random_vector<P>(d, 99);
-    matrix<S> s_a(1, d), y_a(1, d), s_b(1, d), y_b(1, d), local(1, d);
-    const k::add_norm_next<S> next_a{x.data(), f.data(), s_a.data(), y_a.data()};
-    const k::add_norm_next<S> next_b{x.data(), f.data(), s_b.data(), y_b.data()};
-    const k::row_stats a = k::add_layer_norm_row<C, true, true>(
-        x.data(), f.data(), d, gamma.data(), beta.data(), 1e-5, false, s_a.data(),
-        static_cast<S*>(nullptr), y_a.data(), next_a);
-    const k::row_stats b =
-        k::add_layer_norm_row<C, true, true>(x.data(), f.data(), d, gamma.data(), beta.data(), 1e-5,
-                                             true, s_b.data(), local.data(), y_b.data(), next_b);
-    k::stream_fence();
-    CHECK(a.mean == b.mean);
-    CHECK(a.rstd == b.rstd);
-    CHECK(s_a == s_b);
-    CHECK(y_a == y_b);
-    const double ra =
-        k::add_rms_norm_row<C, true>(x.data(), f.data(), d, gamma.data(), 1e-5, false, s_a.data(),
-                                     static_cast<S*>(nullptr), y_a.data(), next_a);
-    const double rb = k::add_rms_norm_row<C, true>(x.data(), f.data(), d, gamma.data(), 1e-5, true,
-                                                   s_b.data(), local.data(), y_b.data(), next_b);
-    k::stream_fence();
-    CHECK(ra == rb);
-    CHECK(s_a == s_b);
-    CHECK(y_a == y_b);
+    matrix<S> s_a(1, d), y_a(1, d), y_b(1, d), local(1, d);
+    std::vector<S> s_store(static_cast<std::size_t>(d) + 64);
+    const std::size_t past_boundary = reinterpret_cast<std::uintptr_t>(s_store.data()) % 64;
+    S* const on_boundary = s_store.data() + (64 - past_boundary) % 64 / sizeof(S);
+    for (const int offset : {0, 1}) {
+      CAPTURE(offset);
+      Eigen::Map<matrix<S>> s_b(on_boundary + offset, 1, d);
+      const k::add_norm_next<S> next_a{x.data(), f.data(), s_a.data(), y_a.data()};
+      const k::add_norm_next<S> next_b{x.data(), f.data(), s_b.data(), y_b.data()};
+      const k::row_stats a = k::add_layer_norm_row<C, true, true>(
+          x.data(), f.data(), d, gamma.data(), beta.data(), 1e-5, false, s_a.data(),
+          static_cast<S*>(nullptr), y_a.data(), next_a);
+      const k::row_stats b = k::add_layer_norm_row<C, true, true>(
+          x.data(), f.data(), d, gamma.data(), beta.data(), 1e-5, true, s_b.data(), local.data(),
+          y_b.data(), next_b);
+      k::stream_fence();
+      CHECK(a.mean == b.mean);
+      CHECK(a.rstd == b.rstd);
+      CHECK(s_a == s_b);
+      CHECK(y_a == y_b);
+      const double ra =
+          k::add_rms_norm_row<C, true>(x.data(), f.data(), d, gamma.data(), 1e-5, false, s_a.data(),
+                                       static_cast<S*>(nullptr), y_a.data(), next_a);
+      const double rb =
+          k::add_rms_norm_row<C, true>(x.data(), f.data(), d, gamma.data(), 1e-5, true, s_b.data(),
+                                       local.data(), y_b.data(), next_b);
+      k::stream_fence();
+      CHECK(ra == rb);
+      CHECK(s_a == s_b);
+      CHECK(y_a == y_b);
+    }
   }
 }
