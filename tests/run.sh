@@ -4,10 +4,13 @@
 #   bash tests/run.sh               # CI: workflow preset "sanitize" (the whole suite with clang
 #                                   # -O0 under AddressSanitizer + UBSan, -Werror), then "gcc"
 #                                   # (headers, benchmarks and examples built with g++ -O0
-#                                   # -Werror, compile-fail tests), then every libFuzzer target
+#                                   # -Werror, compile-fail tests), then "native" (the SIMD
+#                                   # kernels' tests built with clang -O1 -march=native: the
+#                                   # AVX2 / AVX-512 paths), then every libFuzzer target
 #                                   # exploring RESNORM_FUZZ_SECONDS (default 60) s from its corpus
 #   bash tests/run.sh test          # one workflow preset from CMakePresets.json: test (g++ -O1
-#                                   # with asserts, -Werror), clang-test, sanitize, gcc, examples
+#                                   # with asserts, -Werror), clang-test, sanitize, gcc, native,
+#                                   # examples
 #   bash tests/run.sh fuzz          # only the fuzzers (tests/fuzz/run.sh); RESNORM_FUZZ_SECONDS=0
 #                                   # replays the committed corpus without exploring
 #
@@ -67,6 +70,7 @@ case "$mode" in
     start=$SECONDS
     cmake --workflow --preset sanitize || status=1
     cmake --workflow --preset gcc || status=1
+    cmake --workflow --preset native || status=1
     suite_seconds=$((SECONDS - start))
     bash tests/fuzz/run.sh "$fuzz_seconds" || status=1
     echo "tests/run.sh: suites ${suite_seconds} s, fuzzers $((SECONDS - start - suite_seconds)) s," \

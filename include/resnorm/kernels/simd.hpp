@@ -176,12 +176,16 @@ RESNORM_SIMD_INLINE auto narrow(V v) requires(!std::is_floating_point_v<V>) {
   using C = std::remove_cvref_t<decltype(v[0])>;
   constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
   using bits_t = vec<raw_t<T>, n>;
-#if defined(__AVX512BF16__)
-  // One instruction rounds 16 floats to bf16 (to nearest even, NaN kept quiet NaN). Unlike the
-  // integer form below it flushes subnormal floats to zero: a normalised output is never that
-  // small unless it is 0 anyway.
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  // One instruction rounds 16 floats to bf16 (to nearest even, NaN kept quiet NaN), but it takes
+  // a subnormal float for zero, where the integer form below rounds it (to a subnormal bf16, or
+  // up to the smallest normal): a pack that holds one goes that way, so that every path gives
+  // the scalar conversion's bits (bf16 has float's exponent range, subnormals included).
   if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float> && n == 16) {
-    return std::bit_cast<bits_t>(_mm512_cvtneps_pbh(v));
+    constexpr int subnormal = 0x20;  // vfpclassps category
+    if (_mm512_fpclass_ps_mask(std::bit_cast<__m512>(v), subnormal) == 0) {
+      return std::bit_cast<bits_t>(_mm512_cvtneps_pbh(std::bit_cast<__m512>(v)));
+    }
   }
 #endif
 #if defined(__AVX2__) && !defined(__AVX512F__)
