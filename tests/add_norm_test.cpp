@@ -97,8 +97,8 @@ TEST_CASE("add_norm: arguments are checked", "[add_norm][errors]") {
 // Outputs past kernels::streaming_min_bytes: s is formed in an L1 buffer, the norm reads it
 // there, and s and y are written around the cache. Too large to allocate in a test, so the row
 // kernels are called with a buffer and stream = true directly, against the in-place rows. s sits
-// on a 64-byte boundary (streamed from the add's loop) and one element past it (copied out of the
-// buffer after the loop).
+// on a 64-byte boundary (streamed from the add's loop where a stored pack is a cache line) and
+// one element past it (copied out of the buffer after the loop).
 TEMPLATE_TEST_CASE("add_norm: streamed rows equal in-place rows bit for bit", "[add_norm][stream]",
                    float, double, Eigen::bfloat16) {
   using S = TestType;

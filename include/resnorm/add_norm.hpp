@@ -88,17 +88,18 @@ RESNORM_SIMD_INLINE auto add_row_sum_into(const T* RESNORM_RESTRICT x, const T* 
 
 // add_row_sum_into s itself (local == nullptr), or into local, a buffer in L1 that the norm then
 // reads, with s written around the cache: s is not read again soon (the next layer's add is a
-// whole sublayer away), so its lines need not be fetched, nor evict x, f and y. Where s's packs
-// are aligned, the add's own loop streams them, so that the row's loads and s's stores share the
-// time; otherwise (and for bf16 on AVX2, whose 16-byte packs store in pairs) s is copied out of
-// the buffer afterwards. Streaming from the loop: 4096 x 4096 float 14.3 ms against 15.4 (medians
-// of 3 runs of 3, alternating; AVX-512 Xeon).
+// whole sublayer away), so its lines need not be fetched, nor evict x, f and y. Where a stored
+// pack is a whole aligned cache line (float on AVX-512), the add's own loop streams it, so that
+// the row's loads and s's stores share the time: 4096 x 4096 float 14.3 ms against 15.4 (medians
+// of 3 runs of 3, alternating; AVX-512 Xeon). Otherwise s is copied out of the buffer afterwards,
+// a line at a time: half-line streaming stores among the loop's loads left lines part-written
+// (bf16 on AVX-512, 32-byte packs: 13.5 ms against 9.1).
 template <class C, bool Squares, class T>
 RESNORM_SIMD_INLINE auto add_row_sum(const T* x, const T* f, index d, T* s, T* local,
                                      add_norm_next<T> next, C origin = 0) {
   if (local == nullptr) return add_row_sum_into<C, Squares, true>(x, f, d, s, next, origin);
-  if constexpr (!simd::pairs_stores<C, T>) {
-    if (reinterpret_cast<std::uintptr_t>(s) % simd::stored_pack_bytes<C, T> == 0) {
+  if constexpr (simd::stored_pack_bytes<C, T> == 64) {
+    if (reinterpret_cast<std::uintptr_t>(s) % 64 == 0) {
       return add_row_sum_into<C, Squares, false, true>(x, f, d, local, next, origin, s);
     }
   }
