@@ -5,6 +5,8 @@ repetitions, and print the ratio table (medians) per shape.
     python3 bench/run_benchmarks.py                  # default shapes
     RESNORM_BENCH_LARGE=1 python3 bench/run_benchmarks.py   # adds 32768 x 4096 (needs ~4 GiB)
     python3 bench/run_benchmarks.py --build-dir /tmp/rb --repetitions 9 --min-time 0.2
+    python3 bench/run_benchmarks.py --only add_norm  # rerun one binary, reuse the others' JSON
+    python3 bench/run_benchmarks.py --reuse          # reprint the table from the last run's JSON
 
 Every ratio compares medians from one interleaved run of one binary
 (--benchmark_enable_random_interleaving=true): on a shared machine, back-to-back repetitions of
@@ -118,22 +120,49 @@ def main():
     parser.add_argument("--repetitions", type=int, default=9)
     parser.add_argument("--min-time", default="0.2")
     parser.add_argument("--skip-build", action="store_true")
+    parser.add_argument("--only", default=",".join(BINARIES),
+                        help="comma-separated binaries to run (default: all); the others' results "
+                             "are read from the JSON an earlier run left in --build-dir")
+    parser.add_argument("--reuse", action="store_true",
+                        help="run nothing: print the table from the JSON in --build-dir")
     args = parser.parse_args()
+    to_run = set() if args.reuse else set(args.only.split(","))
+    unknown = to_run - set(BINARIES)
+    if unknown:
+        sys.exit("run_benchmarks.py: no such benchmark binary: " + ", ".join(sorted(unknown)))
 
-    if not args.skip_build:
+    if to_run and not args.skip_build:
         install_missing_packages()
         build(args.build_dir)
 
-    one, two = {}, {}
-    for name in BINARIES:
-        one.update(medians(bench(args.build_dir, name, 1, args.repetitions, args.min_time,
-                                 Path(args.build_dir) / f"{name}_1thread.json")))
-    thread_filter = "^(" + "|".join(THREAD_OPS) + ")/resnorm/"
-    for name in ["layer_norm", "rms_norm"]:
-        two.update(medians(bench(args.build_dir, name, 2, args.repetitions, args.min_time,
-                                 Path(args.build_dir) / f"{name}_2threads.json", thread_filter)))
+    def results(name, threads, bench_filter=None):
+        out = Path(args.build_dir) / f"{name}_{threads}thread{'s' if threads > 1 else ''}.json"
+        if name in to_run:
+            return medians(bench(args.build_dir, name, threads, args.repetitions, args.min_time,
+                                 out, bench_filter))
+        if not out.exists():
+            sys.exit(f"run_benchmarks.py: {out} is missing: run {name} first")
+        return medians(json.loads(out.read_text()))
 
-    shapes = sorted({(k[2], k[3]) for k in one}, key=lambda s: (s[0] * s[1], s[0]))
+    # Each binary's medians apart: a ratio divides medians from one binary's interleaved run (its
+    # own memcpy, oneDNN or unfused case), never from another binary run minutes apart.
+    one = {name: results(name, 1) for name in BINARIES}
+    thread_filter = "^(" + "|".join(THREAD_OPS) + ")/resnorm/"
+    two = {name: results(name, 2, thread_filter) for name in ["layer_norm", "rms_norm"]}
+
+    def lookup(per_binary, numerator, denominator):
+        """The numerator's case and the denominator's from the binary that ran the numerator (from
+        another binary only where that one has no such case: RMSNorm against oneDNN's LN)."""
+        for cases in per_binary.values():
+            if numerator in cases:
+                if denominator in cases:
+                    return cases[numerator], cases[denominator]
+                elsewhere = [c[denominator] for c in per_binary.values() if denominator in c]
+                return cases[numerator], (elsewhere[0] if elsewhere else None)
+        return None, None
+
+    shapes = sorted({(k[2], k[3]) for cases in one.values() for k in cases},
+                    key=lambda s: (s[0] * s[1], s[0]))
     header = "| ratio (medians) | " + " | ".join(f"{r}×{d}" for r, d in shapes) + " |"
     print()
     print(header)
@@ -145,11 +174,13 @@ def main():
         return f"{num[counter] / den[counter]:.2f}"
 
     for label, (op_n, impl_n), (op_d, impl_d), counter in RATIOS:
-        cells = [cell(one.get((op_n, impl_n, r, d)), one.get((op_d, impl_d, r, d)), counter) for r, d in shapes]
+        cells = [cell(*lookup(one, (op_n, impl_n, r, d), (op_d, impl_d, r, d)), counter)
+                 for r, d in shapes]
         print(f"| {label} | " + " | ".join(cells) + " |")
     for op in THREAD_OPS:
-        cells = [cell(two.get((op, "resnorm", r, d)), one.get((op, "resnorm", r, d)), "items_per_second")
-                 for r, d in shapes]
+        binary = op.rsplit("_", 1)[0]  # layer_norm_forward -> layer_norm
+        cells = [cell(two[binary].get((op, "resnorm", r, d)), one[binary].get((op, "resnorm", r, d)),
+                      "items_per_second") for r, d in shapes]
         print(f"| {op} 2 threads / 1 thread | " + " | ".join(cells) + " |")
 
     print()
@@ -159,7 +190,7 @@ def main():
                      ("layer_norm_backward", "resnorm"), ("layer_norm_backward", "onednn")]:
         cells = []
         for r, d in shapes:
-            b = one.get((op, impl, r, d))
+            b = one["layer_norm"].get((op, impl, r, d))
             cells.append("—" if b is None else f"{b['bytes_per_second'] / 1e9:.1f} GB/s, {b['real_time']:.3g} {b['time_unit']}")
         print(f"| {op}/{impl} | " + " | ".join(cells) + " |")
 
