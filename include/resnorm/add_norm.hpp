@@ -98,8 +98,8 @@ template <class C, bool Squares, class T>
 RESNORM_SIMD_INLINE auto add_row_sum(const T* x, const T* f, index d, T* s, T* local,
                                      add_norm_next<T> next, C origin = 0) {
   if (local == nullptr) return add_row_sum_into<C, Squares, true>(x, f, d, s, next, origin);
-  if constexpr (simd::stored_pack_bytes<C, T> == 64) {
-    if (reinterpret_cast<std::uintptr_t>(s) % 64 == 0) {
+  if constexpr (simd::stored_pack_bytes<C, T> == cache_line_bytes) {
+    if (reinterpret_cast<std::uintptr_t>(s) % cache_line_bytes == 0) {
       return add_row_sum_into<C, Squares, false, true>(x, f, d, local, next, origin, s);
     }
   }

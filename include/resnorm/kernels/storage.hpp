@@ -124,18 +124,24 @@ inline bool use_streaming_stores(std::size_t output_bytes) {
 #endif
 }
 
-// memcpy(dst, src, bytes) with non-temporal stores for the 64-byte-aligned middle of dst.
+// The cache line: what non-temporal stores should fill whole, aligned, before the line leaves
+// the write-combining buffer (a part-written line costs a read-modify-write in memory).
+inline constexpr std::size_t cache_line_bytes = 64;
+
+// memcpy(dst, src, bytes) with non-temporal stores for the line-aligned middle of dst.
 inline void stream_copy(void* dst, const void* src, std::size_t bytes) {
+  constexpr std::size_t line = cache_line_bytes;
+  static_assert(line == 64, "each pass of the loop below stores 64 bytes");
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
 #if defined(__SSE2__)
   const std::size_t head =
-      std::min(bytes, (64 - (reinterpret_cast<std::uintptr_t>(d) & 63u)) & 63u);
+      std::min(bytes, (line - reinterpret_cast<std::uintptr_t>(d) % line) % line);
   std::memcpy(d, s, head);
   d += head;
   s += head;
   bytes -= head;
-  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+  for (; bytes >= line; bytes -= line, d += line, s += line) {
 #if defined(__AVX512F__)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d),
                         _mm512_loadu_si512(reinterpret_cast<const void*>(s)));
@@ -145,7 +151,7 @@ inline void stream_copy(void* dst, const void* src, std::size_t bytes) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32),
                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
 #else
-    for (int k = 0; k < 64; k += 16) {
+    for (std::size_t k = 0; k < line; k += 16) {
       _mm_stream_si128(reinterpret_cast<__m128i*>(d + k),
                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k)));
     }
