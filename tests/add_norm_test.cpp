@@ -3,6 +3,7 @@
 #include "resnorm/add_norm.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "reference/norm_kernel_reference.hpp"
@@ -141,6 +142,77 @@ TEMPLATE_TEST_CASE("add_norm: streamed rows equal in-place rows bit for bit", "[
       CHECK(ra == rb);
       CHECK(s_a == s_b);
       CHECK(y_a == y_b);
+    }
+  }
+}
+
+// The streamed LayerNorm forward with two rows in flight (row t's apply in the loop of row
+// t + 1's add), called directly as the streamed rows above, against the in-place rows one at a
+// time. Among ordinary rows: a row of large offset and tiny spread (the one pass does not hold:
+// two passes), a float row whose squares overflow (redone in double), a NaN row, each first,
+// inside and last. s and y rows start on 64-byte lines, as add_norm_forward_into requires.
+TEMPLATE_TEST_CASE("add_norm: pipelined streamed rows equal in-place rows bit for bit",
+                   "[add_norm][stream]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  using C = k::compute_t<S>;
+  using P = k::param_t<S>;
+  constexpr Eigen::Index line = 64 / sizeof(S);
+  const Eigen::Index rows = 7;
+  for (const Eigen::Index d : {1, 5, 37, 1024, 2500}) {
+    const Eigen::Index stride = (d + line - 1) / line * line;  // rows start on lines
+    const matrix<S> x = random_matrix<float>(rows, d, 196 + d, 2.0, 0.5).template cast<S>();
+    const matrix<S> f = random_matrix<float>(rows, d, 197 + d).template cast<S>();
+    const vector<P> gamma = random_vector<P>(d, 198);
+    const vector<P> beta = random_vector<P>(d, 199);
+    const matrix<double> z = random_matrix<double>(1, d, 200 + d);
+    for (const Eigen::Index special : {Eigen::Index(0), Eigen::Index(3), rows - 1}) {
+      for (const int what : {0, 1, 2}) {
+        CAPTURE(d, special, what);
+        matrix<S> xs = x;
+        for (Eigen::Index j = 0; j < d; ++j) {
+          // tiny: x + f = 3000 + 2^-10·z (f cancelled up to rounding), far outside the one pass.
+          const double tiny = 3000.0 + 0x1p-10 * z(0, j) - static_cast<double>(f(special, j));
+          const double huge = j % 2 ? 1e30 : -1e30;
+          const double nan = std::numeric_limits<double>::quiet_NaN();
+          xs(special, j) = static_cast<S>(what == 0 ? tiny : what == 1 ? huge : nan);
+        }
+        matrix<S> s_a(rows, d), y_a(rows, d), local(2, d);
+        vector<double> mean_a(rows), rstd_a(rows), mean_b(rows), rstd_b(rows);
+        for (Eigen::Index t = 0; t < rows; ++t) {
+          const k::add_norm_next<S> own{xs.row(t).data(), f.row(t).data(), s_a.row(t).data(),
+                                        y_a.row(t).data()};
+          const k::row_stats a = k::add_layer_norm_row<C, true, true>(
+              own.x, own.f, d, gamma.data(), beta.data(), 1e-5, false, own.s,
+              static_cast<S*>(nullptr), own.y, own);
+          mean_a(t) = a.mean;
+          rstd_a(t) = a.rstd;
+        }
+        std::vector<S> store(static_cast<std::size_t>(2 * rows * stride + line));
+        const std::size_t past = reinterpret_cast<std::uintptr_t>(store.data()) % 64;
+        S* const s_b = store.data() + (64 - past) % 64 / sizeof(S);
+        S* const y_b = s_b + rows * stride;
+        REQUIRE(k::pipelines_rows<C>(s_b, stride, y_b, stride, rows) ==
+                (k::simd::stored_pack_bytes<C, S> == 64));
+        k::add_layer_norm_rows_pipelined<C, true, true, S>(
+            0, rows, d, gamma.data(), beta.data(), 1e-5, local.data(),
+            [&](Eigen::Index t) {
+              return k::add_norm_next<S>{xs.row(t).data(), f.row(t).data(), s_b + t * stride,
+                                         y_b + t * stride};
+            },
+            [&](Eigen::Index t, const k::row_stats& st) {
+              mean_b(t) = st.mean;
+              rstd_b(t) = st.rstd;
+            });
+        k::stream_fence();
+        for (Eigen::Index t = 0; t < rows; ++t) {
+          CAPTURE(t);
+          CHECK(resnorm_test::same_bits(s_b + t * stride, s_a.row(t).data(), d));
+          CHECK(resnorm_test::same_bits(y_b + t * stride, y_a.row(t).data(), d));
+        }
+        CHECK(resnorm_test::same_bits(mean_b.data(), mean_a.data(), rows));
+        CHECK(resnorm_test::same_bits(rstd_b.data(), rstd_a.data(), rows));
+      }
     }
   }
 }
