@@ -62,11 +62,9 @@ RESNORM_SIMD_INLINE F select(bool c, F a, F b) {
 // a call per element (which GCC chose when a translation unit instantiated several of them)
 // runs the loop scalar, several times slower.
 //
-// e^x in float, clamped to [−87.3, 88.3] so that 2^k stays a normal float. NaN in, NaN out.
-RESNORM_SIMD_INLINE float exp_float(float x) {
-  // Comparisons rather than std::min/std::max, whose precondition a NaN breaks: every comparison
-  // with NaN is false, so a NaN x passes through unchanged and reaches the result through r and p.
-  x = select(x < -87.3f, -87.3f, select(x > 88.3f, 88.3f, x));
+// e^x in float for x in [−87.3, 88.3], where 2^k is a normal float (outside it the result is
+// meaningless: the exponent bits wrap). NaN in, NaN out.
+RESNORM_SIMD_INLINE float exp_float_in_range(float x) {
   // k = round(x / ln 2): adding 1.5·2^23 rounds to an integer, and subtracting it again leaves k
   // (no -ffast-math, so the compiler keeps both operations). The multiply-adds are written as
   // simd::fma: resnorm builds with -ffp-contract=off, and left to the compiler they would be two
@@ -91,6 +89,13 @@ RESNORM_SIMD_INLINE float exp_float(float x) {
       std::bit_cast<std::uint32_t>(shifted) - std::bit_cast<std::uint32_t>(12582912.f);
   const std::uint32_t biased = (k_bits + 127u) << 23;
   return p * std::bit_cast<float>(biased);
+}
+
+// e^x in float, clamped to [−87.3, 88.3] so that 2^k stays a normal float. NaN in, NaN out.
+RESNORM_SIMD_INLINE float exp_float(float x) {
+  // Comparisons rather than std::min/std::max, whose precondition a NaN breaks: every comparison
+  // with NaN is false, so a NaN x passes through unchanged and reaches the result through r and p.
+  return exp_float_in_range(select(x < -87.3f, -87.3f, select(x > 88.3f, 88.3f, x)));
 }
 
 // Φ(x) (the normal CDF) and e^(−x²/2), float.
@@ -167,12 +172,21 @@ RESNORM_SIMD_INLINE C gelu_tanh_sigma(C x) {
 
 template <class C>
 RESNORM_SIMD_INLINE C gelu_tanh_value(C x) {
-  const C s = gelu_tanh_sigma(x);
   if constexpr (std::is_same_v<C, float>) {
-    // exp_float's clamp holds σ(2u) near 4.6e-39 below x ≈ −10.1, so x · σ would grow with |x|,
-    // to −inf at x = −inf. Below −10, |GELU(x)| < 1.2e-37: −0. A NaN x stays NaN.
-    return select(x < -10.f, -0.f, x * s);
+    // x · σ(2u) = x / (1 + e^(−2u)), with the fewest operations: the float forward is bound by
+    // them once its data is in the cache. −2u = x·(c0 + c1·x²), one product and one FMA after
+    // x², where u as written takes six operations. e^(−2u) is clamped below only: −2u exceeds
+    // 88.3 only for x < −10.1, replaced below. Below −10, |GELU(x)| < 1.2e-37: −0 (x / y would
+    // be −inf at x = −inf). A NaN x stays NaN (x / y). Against x · σ(2u) as the slope takes it:
+    // 1024 x 1024 in 331 µs against 436 (AVX-512 Xeon), and fewer roundings: the worst error over
+    // every 7th float in [−10, 10] 1.21e-7 · max(1, |x|) against 1.45e-7.
+    constexpr float c0 = static_cast<float>(-2 * tanh_k0);
+    constexpr float c1 = static_cast<float>(-2 * tanh_k0 * tanh_k1);
+    const float minus_2u = x * simd::fma(x * x, c1, c0);
+    const float e = exp_float_in_range(select(minus_2u < -87.3f, -87.3f, minus_2u));
+    return select(x < -10.f, -0.f, x / (1.f + e));
   } else {
+    const C s = gelu_tanh_sigma(x);
     // σ(2u) underflows to 0 for x ≪ 0: GELU(x) is then −0, also at x = −inf (not −inf · 0).
     return s == C(0) ? C(-0.0) : x * s;
   }
