@@ -5,6 +5,7 @@
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -339,6 +340,71 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: a row gives the same bits i
       CHECK(same_bits(rms_y.row(t).data(), rms_y1.data(), d));
       CHECK(rms_rstd(t) == rms_rstd1(0));
       CHECK(same_bits(rms_dx.row(t).data(), rms_dx1.data(), d));
+    }
+  }
+}
+
+// The streamed forwards with two rows in flight (layer_norm_rows_overlapped and
+// rms_norm_rows_overlapped with Stream, which add_norm_forward_into-sized outputs take where
+// their rows start on cache lines): too large to allocate, so they are called directly, on rows
+// of y that start on 64-byte lines, against each row normalised alone. The rows of the test
+// above: a tiny and a huge row (float redoes them in double), a row whose one pass does not
+// hold, widths past a tail.
+TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed overlapped rows equal rows alone",
+                   "[layer_norm][rms_norm][kernel][stream]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  using C = k::compute_t<S>;
+  using P = k::param_t<S>;
+  constexpr Eigen::Index rows = 13;
+  constexpr Eigen::Index line = 64 / sizeof(S);
+  const double eps = 1e-5;
+  for (const Eigen::Index d : {1, 3, 64, 100, 512, 1100, 2051}) {
+    CAPTURE(d);
+    matrix<float> source = random_matrix<float>(rows, d, 500 + d, 2.0, 0.5);
+    source.row(5) *= 1e-20f;
+    source.row(9) *= 1e25f;
+    source.row(2).head(std::min<Eigen::Index>(d, 16)).array() += 1000.0f;
+    const matrix<S> x = source.template cast<S>();
+    const vector<P> gamma = random_vector<P>(d, 501);
+    const vector<P> beta = random_vector<P>(d, 502);
+    const Eigen::Index stride = (d + line - 1) / line * line;
+    // The first line boundary in a buffer of the rows and a line more.
+    auto on_line = [](std::vector<S>& buffer) {
+      const std::size_t past = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64;
+      return buffer.data() + (64 - past) % 64 / sizeof(S);
+    };
+    std::vector<S> store(static_cast<std::size_t>(rows * stride + line)), rms_store(store.size());
+    S* const y = on_line(store);
+    S* const rms_y = on_line(rms_store);
+    REQUIRE(k::rows_on_cache_lines(y, stride, rows));
+    vector<double> mean(rows), rstd(rows), rms_rstd(rows);
+    k::layer_norm_rows_overlapped<C, true, true, true>(x.data(), d, y, stride, rows, d,
+                                                       gamma.data(), beta.data(), eps,
+                                                       [&](Eigen::Index t, const k::row_stats& s) {
+                                                         mean(t) = s.mean;
+                                                         rstd(t) = s.rstd;
+                                                       });
+    k::stream_fence();
+    REQUIRE(k::rows_on_cache_lines(rms_y, stride, rows));
+    k::rms_norm_rows_overlapped<C, true, true>(x.data(), d, rms_y, stride, rows, d, gamma.data(),
+                                               eps,
+                                               [&](Eigen::Index t, double r) { rms_rstd(t) = r; });
+    k::stream_fence();
+    for (Eigen::Index t = 0; t < rows; ++t) {
+      CAPTURE(t);
+      matrix<S> y1(1, d), rms_y1(1, d);
+      const k::row_stats s = k::layer_norm_row_forward<C, true, true>(
+          x.row(t).data(), d, gamma.data(), beta.data(), eps, false, y1.data(),
+          {x.row(t).data(), y1.data()});
+      const double r =
+          k::rms_norm_row_forward<C, true>(x.row(t).data(), d, gamma.data(), eps, false,
+                                           rms_y1.data(), {x.row(t).data(), rms_y1.data()});
+      CHECK(same_bits(y + t * stride, y1.data(), d));
+      CHECK(mean(t) == s.mean);
+      CHECK(rstd(t) == s.rstd);
+      CHECK(same_bits(rms_y + t * stride, rms_y1.data(), d));
+      CHECK(rms_rstd(t) == r);
     }
   }
 }

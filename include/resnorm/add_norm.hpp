@@ -151,13 +151,7 @@ bool pipelines_rows(const T* s, index s_stride, const T* y, index y_stride, inde
   if constexpr (simd::stored_pack_bytes<C, T> != cache_line_bytes) {
     return false;
   } else {
-    auto on_line = [](const T* p) {
-      return reinterpret_cast<std::uintptr_t>(p) % cache_line_bytes == 0;
-    };
-    auto stride_on_line = [&](index stride) {
-      return rows <= 1 || static_cast<std::size_t>(stride) * sizeof(T) % cache_line_bytes == 0;
-    };
-    return on_line(s) && on_line(y) && stride_on_line(s_stride) && stride_on_line(y_stride);
+    return rows_on_cache_lines(s, s_stride, rows) && rows_on_cache_lines(y, y_stride, rows);
   }
 }
 

@@ -149,8 +149,9 @@ RESNORM_WIDE_VECTORS double rms_norm_row_forward(const T* x, index d, const para
 // Rows 0 … rows − 1 of a forward whose y stays in the cache, two rows in flight as in
 // layer_norm_rows_overlapped: one loop writes row t's y while it sums the squares of row t + 1.
 // rstd_out(t, rstd) receives each row's rstd. The same bits as rms_norm_row_forward row by row;
-// a float row out of range, and the last row, take that plain row forward.
-template <class C, bool HasGamma, class T, class RstdOut>
+// a float row out of range, and the last row, take that plain row forward. Stream: y is written
+// around the cache, a whole pack at a time (streams_rows_overlapped holds).
+template <class C, bool HasGamma, bool Stream = false, class T, class RstdOut>
 RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T* y, index y_stride,
                                                    index rows, index d, const param_t<T>* gamma,
                                                    double eps, const RstdOut& rstd_out) {
@@ -160,9 +161,9 @@ RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T
     const T* row_x = x + t * x_stride;
     T* row_y = y + t * y_stride;
     if (t + 1 == rows || !m.in_range) {
-      rstd_out(t, m.in_range ? rms_norm_row_finish<C, HasGamma>(row_x, d, gamma, false, row_y, m,
+      rstd_out(t, m.in_range ? rms_norm_row_finish<C, HasGamma>(row_x, d, gamma, Stream, row_y, m,
                                                                 {row_x, row_y})
-                             : rms_norm_row_forward<double, HasGamma>(row_x, d, gamma, eps, false,
+                             : rms_norm_row_forward<double, HasGamma>(row_x, d, gamma, eps, Stream,
                                                                       row_y, {row_x, row_y}));
       if (t + 1 < rows) m = rms_norm_moments<C>(row_x + x_stride, d, eps);
       continue;
@@ -172,7 +173,11 @@ RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T
     const C rstd = static_cast<C>(m.rstd);
     const auto next_sums =
         simd::finish_sums(simd::row_partial_sums<C, 1>(d, [&](index j, auto tag) {
-          rms_norm_apply_at<HasGamma>(row_x, j, tag, rstd, gamma, row_y);
+          if constexpr (Stream && simd::is_pack_tag<decltype(tag)>) {
+            rms_norm_apply_at<HasGamma>(row_x, j, simd::streaming_tag{}, rstd, gamma, row_y);
+          } else {
+            rms_norm_apply_at<HasGamma>(row_x, j, tag, rstd, gamma, row_y);
+          }
           const auto v = simd::load<C>(next_x + j, tag);
           return std::array{simd::product{v, v}};
         }));
@@ -274,6 +279,15 @@ void rms_norm_forward_into(matrix_cref<T> x, vector_cref<kernels::param_t<T>> ga
             for (int r = 0; rstd_out && r < R; ++r) rstd_out[t + r] = r_out[r];
           }
         });
+      }
+      if (kernels::overlaps_rows<C, T> && stream && t < end &&
+          kernels::streams_rows_overlapped<C>(y.data(), y.outerStride(), y.rows())) {
+        kernels::rms_norm_rows_overlapped<C, G, true>(x.row(t).data(), x.outerStride(),
+                                                      y.row(t).data(), y.outerStride(), end - t, d,
+                                                      g, eps, [&, first = t](index i, double r) {
+                                                        if (rstd_out) rstd_out[first + i] = r;
+                                                      });
+        t = end;
       }
       if (kernels::overlaps_rows<C, T> && !stream && t < end) {
         kernels::rms_norm_rows_overlapped<C, G>(x.row(t).data(), x.outerStride(), y.row(t).data(),
