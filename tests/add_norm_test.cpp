@@ -114,8 +114,7 @@ TEMPLATE_TEST_CASE("add_norm: streamed rows equal in-place rows bit for bit", "[
     const vector<P> beta = random_vector<P>(d, 99);
     matrix<S> s_a(1, d), y_a(1, d), y_b(1, d), local(1, d);
     std::vector<S> s_store(static_cast<std::size_t>(d) + 64);
-    const std::size_t past_boundary = reinterpret_cast<std::uintptr_t>(s_store.data()) % 64;
-    S* const on_boundary = s_store.data() + (64 - past_boundary) % 64 / sizeof(S);
+    S* const on_boundary = resnorm_test::first_line_in(s_store);
     for (const int offset : {0, 1}) {
       CAPTURE(offset);
       Eigen::Map<matrix<S>> s_b(on_boundary + offset, 1, d);
@@ -189,8 +188,7 @@ TEMPLATE_TEST_CASE("add_norm: pipelined streamed rows equal in-place rows bit fo
           rstd_a(t) = a.rstd;
         }
         std::vector<S> store(static_cast<std::size_t>(2 * rows * stride + line));
-        const std::size_t past = reinterpret_cast<std::uintptr_t>(store.data()) % 64;
-        S* const s_b = store.data() + (64 - past) % 64 / sizeof(S);
+        S* const s_b = resnorm_test::first_line_in(store);
         S* const y_b = s_b + rows * stride;
         REQUIRE(k::pipelines_rows<C>(s_b, stride, y_b, stride, rows) ==
                 (k::simd::stored_pack_bytes<C, S> == 64));

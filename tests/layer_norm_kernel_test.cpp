@@ -281,6 +281,22 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed rows equal cached 
   }
 }
 
+namespace {
+
+// rows (13 or more) x d rows of N(0.5, 4), but for rows 5 and 9, out of float's square range
+// (spread 2e-20, magnitude 2e25), and row 2, whose first 16 elements sit 1000 above the rest
+// (its one-pass sums do not hold).
+template <class S>
+matrix<S> hostile_rows(Eigen::Index rows, Eigen::Index d, std::uint64_t seed) {
+  matrix<float> source = random_matrix<float>(rows, d, seed, 2.0, 0.5);
+  source.row(5) *= 1e-20f;
+  source.row(9) *= 1e25f;
+  source.row(2).head(std::min<Eigen::Index>(d, 16)).array() += 1000.0f;
+  return source.template cast<S>();
+}
+
+}  // namespace
+
 // Narrow rows run in groups (kernels::forward_rows_per_group in the forward,
 // kernels::rows_per_group in the backward) and the rows left over, like every wide row, one at a
 // time, the forwards with two rows in flight (each row's apply interleaved with the next row's
@@ -300,11 +316,7 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: a row gives the same bits i
   const double eps = 1e-5;
   for (const Eigen::Index d : {1, 3, 64, 100, 512, 1100, 2051}) {
     CAPTURE(d);
-    matrix<float> source = random_matrix<float>(rows, d, 300 + d, 2.0, 0.5);
-    source.row(5) *= 1e-20f;
-    source.row(9) *= 1e25f;
-    source.row(2).head(std::min<Eigen::Index>(d, 16)).array() += 1000.0f;
-    const matrix<S> x = source.template cast<S>();
+    const matrix<S> x = hostile_rows<S>(rows, d, 300 + d);
     const matrix<S> dy = random_matrix<float>(rows, d, 400 + d).template cast<S>();
     const vector<P> gamma = random_vector<P>(d, 401);
     const vector<P> beta = random_vector<P>(d, 402);
@@ -361,22 +373,13 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed overlapped rows eq
   const double eps = 1e-5;
   for (const Eigen::Index d : {1, 3, 64, 100, 512, 1100, 2051}) {
     CAPTURE(d);
-    matrix<float> source = random_matrix<float>(rows, d, 500 + d, 2.0, 0.5);
-    source.row(5) *= 1e-20f;
-    source.row(9) *= 1e25f;
-    source.row(2).head(std::min<Eigen::Index>(d, 16)).array() += 1000.0f;
-    const matrix<S> x = source.template cast<S>();
+    const matrix<S> x = hostile_rows<S>(rows, d, 500 + d);
     const vector<P> gamma = random_vector<P>(d, 501);
     const vector<P> beta = random_vector<P>(d, 502);
     const Eigen::Index stride = (d + line - 1) / line * line;
-    // The first line boundary in a buffer of the rows and a line more.
-    auto on_line = [](std::vector<S>& buffer) {
-      const std::size_t past = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64;
-      return buffer.data() + (64 - past) % 64 / sizeof(S);
-    };
     std::vector<S> store(static_cast<std::size_t>(rows * stride + line)), rms_store(store.size());
-    S* const y = on_line(store);
-    S* const rms_y = on_line(rms_store);
+    S* const y = resnorm_test::first_line_in(store);
+    S* const rms_y = resnorm_test::first_line_in(rms_store);
     REQUIRE(k::rows_on_cache_lines(y, stride, rows));
     vector<double> mean(rows), rstd(rows), rms_rstd(rows);
     k::layer_norm_rows_overlapped<C, true, true, true>(x.data(), d, y, stride, rows, d,

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "resnorm/finite_difference.hpp"
 #include "resnorm/matrix.hpp"
@@ -33,6 +34,14 @@ using dvector = resnorm::vector<double>;
 template <class S>
 bool same_bits(const S* a, const S* b, index n) {
   return std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
+}
+
+// The first 64-byte (cache line) boundary in buffer, where the streamed kernels' tests place
+// rows; the buffer needs 64 bytes more than the rows it holds.
+template <class S>
+S* first_line_in(std::vector<S>& buffer) {
+  const std::size_t past = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64;
+  return buffer.data() + (64 - past) % 64 / sizeof(S);
 }
 
 // max |a − b| over all entries, in double; NaN as soon as one difference is NaN, so a NaN never
