@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "reference/norm_kernel_reference.hpp"
@@ -366,48 +367,53 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed overlapped rows eq
                    "[layer_norm][rms_norm][kernel][stream]", float, double, Eigen::bfloat16) {
   using S = TestType;
   namespace k = resnorm::kernels;
-  using C = k::compute_t<S>;
   using P = k::param_t<S>;
   constexpr Eigen::Index rows = 13;
   constexpr Eigen::Index line = 64 / sizeof(S);
   const double eps = 1e-5;
-  for (const Eigen::Index d : {1, 3, 64, 100, 512, 1100, 2051}) {
-    CAPTURE(d);
-    const matrix<S> x = hostile_rows<S>(rows, d, 500 + d);
-    const vector<P> gamma = random_vector<P>(d, 501);
-    const vector<P> beta = random_vector<P>(d, 502);
-    const Eigen::Index stride = (d + line - 1) / line * line;
-    std::vector<S> store(static_cast<std::size_t>(rows * stride + line)), rms_store(store.size());
-    S* const y = resnorm_test::first_line_in(store);
-    S* const rms_y = resnorm_test::first_line_in(rms_store);
-    REQUIRE(k::rows_on_cache_lines(y, stride, rows));
-    vector<double> mean(rows), rstd(rows), rms_rstd(rows);
-    k::layer_norm_rows_overlapped<C, true, true, true>(x.data(), d, y, stride, rows, d,
-                                                       gamma.data(), beta.data(), eps,
-                                                       [&](Eigen::Index t, const k::row_stats& s) {
-                                                         mean(t) = s.mean;
-                                                         rstd(t) = s.rstd;
-                                                       });
-    k::stream_fence();
-    REQUIRE(k::rows_on_cache_lines(rms_y, stride, rows));
-    k::rms_norm_rows_overlapped<C, true, true>(x.data(), d, rms_y, stride, rows, d, gamma.data(),
-                                               eps,
-                                               [&](Eigen::Index t, double r) { rms_rstd(t) = r; });
-    k::stream_fence();
-    for (Eigen::Index t = 0; t < rows; ++t) {
-      CAPTURE(t);
-      matrix<S> y1(1, d), rms_y1(1, d);
-      const k::row_stats s = k::layer_norm_row_forward<C, true, true>(
-          x.row(t).data(), d, gamma.data(), beta.data(), eps, false, y1.data(),
-          {x.row(t).data(), y1.data()});
-      const double r =
-          k::rms_norm_row_forward<C, true>(x.row(t).data(), d, gamma.data(), eps, false,
-                                           rms_y1.data(), {x.row(t).data(), rms_y1.data()});
-      CHECK(same_bits(y + t * stride, y1.data(), d));
-      CHECK(mean(t) == s.mean);
-      CHECK(rstd(t) == s.rstd);
-      CHECK(same_bits(rms_y + t * stride, rms_y1.data(), d));
-      CHECK(rms_rstd(t) == r);
+  // In arithmetic C: compute_t<S>, and double for float storage (a template option of the _into
+  // entry points, which also takes this path).
+  auto check = [&]<class C>() {
+    for (const Eigen::Index d : {1, 3, 64, 100, 512, 1100, 2051}) {
+      CAPTURE(d, sizeof(C));
+      const matrix<S> x = hostile_rows<S>(rows, d, 500 + d);
+      const vector<P> gamma = random_vector<P>(d, 501);
+      const vector<P> beta = random_vector<P>(d, 502);
+      const Eigen::Index stride = (d + line - 1) / line * line;
+      std::vector<S> store(static_cast<std::size_t>(rows * stride + line)), rms_store(store.size());
+      S* const y = resnorm_test::first_line_in(store);
+      S* const rms_y = resnorm_test::first_line_in(rms_store);
+      REQUIRE(k::rows_on_cache_lines(y, stride, rows));
+      vector<double> mean(rows), rstd(rows), rms_rstd(rows);
+      k::layer_norm_rows_overlapped<C, true, true, true>(
+          x.data(), d, y, stride, rows, d, gamma.data(), beta.data(), eps,
+          [&](Eigen::Index t, const k::row_stats& s) {
+            mean(t) = s.mean;
+            rstd(t) = s.rstd;
+          });
+      k::stream_fence();
+      REQUIRE(k::rows_on_cache_lines(rms_y, stride, rows));
+      k::rms_norm_rows_overlapped<C, true, true>(
+          x.data(), d, rms_y, stride, rows, d, gamma.data(), eps,
+          [&](Eigen::Index t, double r) { rms_rstd(t) = r; });
+      k::stream_fence();
+      for (Eigen::Index t = 0; t < rows; ++t) {
+        CAPTURE(t);
+        matrix<S> y1(1, d), rms_y1(1, d);
+        const k::row_stats s = k::layer_norm_row_forward<C, true, true>(
+            x.row(t).data(), d, gamma.data(), beta.data(), eps, false, y1.data(),
+            {x.row(t).data(), y1.data()});
+        const double r =
+            k::rms_norm_row_forward<C, true>(x.row(t).data(), d, gamma.data(), eps, false,
+                                             rms_y1.data(), {x.row(t).data(), rms_y1.data()});
+        CHECK(same_bits(y + t * stride, y1.data(), d));
+        CHECK(mean(t) == s.mean);
+        CHECK(rstd(t) == s.rstd);
+        CHECK(same_bits(rms_y + t * stride, rms_y1.data(), d));
+        CHECK(rms_rstd(t) == r);
+      }
     }
-  }
+  };
+  check.template operator()<k::compute_t<S>>();
+  if constexpr (std::is_same_v<S, float>) check.template operator()<double>();
 }
