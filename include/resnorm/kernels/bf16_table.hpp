@@ -28,7 +28,9 @@ inline constexpr std::uint32_t bf16_patterns = 1u << 16;
 template <class F, class V>
 struct bf16_table {
   static_assert(std::is_same_v<V, bf16> || std::is_same_v<V, float>);
-  V at[bf16_patterns];
+  // One entry past the last pattern (zero), so that a 4-byte gather of a bf16 entry (its bits
+  // in the low half of the lane read) stays inside the table for the last pattern too.
+  V at[bf16_patterns + 1] = {};
 
   bf16_table() {
     for (std::uint32_t bits = 0; bits < bf16_patterns; ++bits) {
@@ -40,6 +42,7 @@ struct bf16_table {
   }
 
   V operator[](bf16 x) const { return at[x.value]; }
+  const V* data() const { return at; }
 };
 
 // The table of F to V, filled on first use. Callers take it before starting threads, so the

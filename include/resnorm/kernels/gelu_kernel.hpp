@@ -245,14 +245,36 @@ RESNORM_WIDE_VECTORS void gelu_row_tabulated(const bf16* RESNORM_RESTRICT x,
                                              const bf16* RESNORM_RESTRICT dy, index n,
                                              const gelu_tables<F>& tables,
                                              bf16* RESNORM_RESTRICT out) {
+  index done = 0;  // elements looked up by the gathers
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  // 16 lookups per gather: a scalar lookup is two loads and a store per element, and the load
+  // ports held the forward at one element per cycle (4096 x 4096 bf16 erf 1.66x float's elements
+  // per second); the gather reads 16 table entries in one instruction. A bf16 entry is gathered
+  // as the 4 bytes at its address (the table has one entry of padding past the last pattern)
+  // and narrowed to its low half.
+  for (; done + 16 <= n; done += 16) {
+    const index j = done;
+    const __m512i bits = _mm512_maskz_cvtepu16_epi32(
+        0xffff, _mm256_loadu_si256(static_cast<const __m256i*>(static_cast<const void*>(x + j))));
+    if (!dy) {
+      const __m512i entries = _mm512_i32gather_epi32(bits, tables.value->data(), 2);
+      _mm256_storeu_si256(static_cast<__m256i*>(static_cast<void*>(out + j)),
+                          _mm512_cvtepi32_epi16(entries));
+    } else {
+      const auto factor =
+          std::bit_cast<simd::pack<float>>(_mm512_i32gather_ps(bits, tables.factor->data(), 4));
+      simd::store(out + j, simd::load<float>(dy + j, simd::vector_tag{}) * factor);
+    }
+  }
+#endif
   if (!dy) {
-    for (index j = 0; j < n; ++j) out[j] = (*tables.value)[x[j]];
+    for (index j = done; j < n; ++j) out[j] = (*tables.value)[x[j]];
     return;
   }
   // Lookups first, a chunk at a time, so that the multiply and the rounding to bf16 run as
   // packs rather than one element at a time beside each lookup.
   alignas(64) float factor[gelu_lookup_chunk];
-  for (index j0 = 0; j0 < n; j0 += gelu_lookup_chunk) {
+  for (index j0 = done; j0 < n; j0 += gelu_lookup_chunk) {
     const index m = std::min(gelu_lookup_chunk, n - j0);
     for (index j = 0; j < m; ++j) factor[j] = (*tables.factor)[x[j0 + j]];
     simd::for_each<float, bf16>(m, [&](index j, auto tag) {
