@@ -167,6 +167,13 @@ TEST_CASE("bf16: every kernel matches float within bf16 precision", "[bf16]") {
       check_close(sb, matrix<float>(x + f));
       resnorm::layer_norm_forward_into<float>(to_float(sb), gamma, beta, 1e-5, y, mean, rstd);
       check_close(yb, y);
+      // ... by the bf16 LayerNorm's own row code (origin, sums, apply): the same bits.
+      matrix<bf16> y_of_s(rows, dim);
+      vector<double> mean_s(rows), rstd_s(rows);
+      resnorm::layer_norm_forward_into<bf16>(sb, gamma, beta, 1e-5, y_of_s, mean_s, rstd_s);
+      CHECK(resnorm_test::same_bits(yb.data(), y_of_s.data(), yb.size()));
+      CHECK(mean_b == mean_s);
+      CHECK(rstd_b == rstd_s);
     }
   }
 }

@@ -115,10 +115,18 @@ RESNORM_SIMD_INLINE auto add_row_sum(const T* x, const T* f, index d, T* s, T* l
 template <class C, class T>
 RESNORM_SIMD_INLINE C add_row_origin(const T* x, const T* f, index d) {
   constexpr index head = origin_elements<C>;
-  const index n = std::min(d, head);
-  T s[head];
-  for (index j = 0; j < n; ++j) s[j] = store<T>(load_as<C>(x[j]) + load_as<C>(f[j]));
-  return layer_norm_origin<C>(s, n);
+  alignas(64) T s[head];
+  if (d >= head) {
+    // Two packs, rounded as the row's own pass rounds them (a scalar bf16 rounding per element
+    // cost about as much as one pack of the row).
+    for (index j = 0; j < head; j += simd::width<C>) {
+      simd::store(s + j, simd::load<C>(x + j, simd::vector_tag{}) +
+                             simd::load<C>(f + j, simd::vector_tag{}));
+    }
+    return layer_norm_origin<C>(s, head);
+  }
+  for (index j = 0; j < d; ++j) s[j] = store<T>(load_as<C>(x[j]) + load_as<C>(f[j]));
+  return layer_norm_origin<C>(s, d);
 }
 
 // Elements of T the fused forward keeps in L1 per thread when streaming (32 KiB): the rows of s
@@ -144,11 +152,13 @@ RESNORM_WIDE_VECTORS row_stats add_layer_norm_row(const T* x, const T* f, index 
 }
 
 // Whether add_layer_norm_rows_pipelined can run rows of s and y starting at these pointers, row
-// strides in elements: both written around the cache a whole aligned line per pack, so every
-// row must start on a line (float on AVX-512; elsewhere the row-by-row path).
+// strides in elements: both written around the cache pack by pack, a stored pack being a whole
+// or half a line, so every row must start on a line (AVX-512: float, and bf16, whose half-line
+// packs the loop writes a line at a time; elsewhere, AVX2 included, where it was not measured,
+// the row-by-row path).
 template <class C, class T>
 bool pipelines_rows(const T* s, index s_stride, const T* y, index y_stride, index rows) {
-  if constexpr (simd::stored_pack_bytes<C, T> != cache_line_bytes) {
+  if constexpr (simd::register_bytes < 64 || simd::stored_pack_bytes<C, T> * 2 < cache_line_bytes) {
     return false;
   } else {
     return rows_on_cache_lines(s, s_stride, rows) && rows_on_cache_lines(y, y_stride, rows);
@@ -173,6 +183,13 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
                                                         T* local, const RowAt& row,
                                                         const StatsOut& stats_out) {
   if (begin >= end) return;
+  // Packs of half a line (bf16 on AVX-512) are written around the cache a line at a time, as
+  // add_row_sum found half-line non-temporal stores among the loop's loads slow. bf16 4096 x 4096
+  // ran 7.0-9.3 ms (median 8.1) against 8.8-11.3 (9.5) row by row, 4 alternating runs each on the
+  // AVX-512 Xeon, with the chains of row_sums unrolled (simd.hpp).
+  constexpr bool half_line_packs = simd::stored_pack_bytes<C, T> * 2 == cache_line_bytes;
+  // The rounded first half of the line of s being formed.
+  simd::vec<simd::raw_t<T>, simd::width<C>> first_half_s{};
   T* work = local;       // s of row t, which its apply reads
   T* fresh = local + d;  // s of row t + 1, as the add forms it
   auto add_pass = [&](index t) {
@@ -200,23 +217,57 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
     const C origin = add_row_origin<C>(next.x, next.f, d);
     const auto sums = simd::row_sums<C, 2>(d, [&](index j, auto tag) {
       using simd::load;
-      if constexpr (simd::is_pack_tag<decltype(tag)>) {
+      constexpr bool pack = simd::is_pack_tag<decltype(tag)>;
+      // Half-line packs: the pack that ends a line writes the whole line of y and of s.
+      const bool ends_line = half_line_packs && pack && (j / simd::width<C>) % 2 == 1;
+      if constexpr (pack && half_line_packs) {
+        if (ends_line) {
+          const index first = j - simd::width<C>;
+          simd::write_around_cache(
+              cur.y + first,
+              simd::narrow_pair<T>(layer_norm_apply_value<HasGamma, HasBeta>(
+                                       work, first, tag, hi, rstd, lo_rstd, gamma, beta),
+                                   layer_norm_apply_value<HasGamma, HasBeta>(
+                                       work, j, tag, hi, rstd, lo_rstd, gamma, beta)));
+        }
+      } else if constexpr (pack) {
         layer_norm_apply_at<HasGamma, HasBeta>(work, j, simd::streaming_tag{}, hi, rstd, lo_rstd,
                                                gamma, beta, cur.y);
       } else {
         layer_norm_apply_at<HasGamma, HasBeta>(work, j, tag, hi, rstd, lo_rstd, gamma, beta, cur.y);
       }
       auto v = load<C>(next.x + j, tag) + load<C>(next.f + j, tag);
-      simd::store(fresh + j, v);
-      if constexpr (simd::is_pack_tag<decltype(tag)>) {
+      if constexpr (pack && half_line_packs) {
+        // Rounded once: into the L1 buffer, and into the line of s with the line's other half.
+        const auto bits = simd::narrow<T>(v);
+        simd::store_bits(fresh + j, bits);
+        if (ends_line) {
+          simd::write_around_cache(next.s + j - simd::width<C>, simd::join(first_half_s, bits));
+        } else {
+          first_half_s = bits;
+        }
+      } else if constexpr (pack) {
+        simd::store(fresh + j, v);
         simd::store(next.s + j, v, simd::streaming_tag{});
       } else {
+        simd::store(fresh + j, v);
         simd::store(next.s + j, v);
       }
       if constexpr (!std::is_same_v<T, C>) v = load<C>(fresh + j, tag);
       const auto c = v - origin;
       return std::tuple{c, simd::product{c, c}};
     });
+    if constexpr (half_line_packs) {
+      // An odd number of packs: the last one's line was not written.
+      const index packs = d / simd::width<C>;
+      if (packs % 2 == 1) {
+        const index last = (packs - 1) * simd::width<C>;
+        layer_norm_apply_at<HasGamma, HasBeta>(work, last, simd::streaming_tag{}, hi, rstd, lo_rstd,
+                                               gamma, beta, cur.y);
+        simd::store(next.s + last, simd::load<C>(fresh + last, simd::vector_tag{}),
+                    simd::streaming_tag{});
+      }
+    }
     stats_out(t, m.stats);
     m = layer_norm_one_pass_moments<C>(origin, d, eps, sums);
     if (!m.in_range) m = layer_norm_two_pass_moments<C>(fresh, d, eps);

@@ -331,13 +331,12 @@ RESNORM_SIMD_INLINE auto group_next_rows(MX& x, MY& y, index t, index end) {
 }
 
 // y_j = ((x_j − hi) − lo) · rstd · γ_j + β_j at j, for a pack or the tail element of the row
-// (tag), as (x_j − hi)·rstd − lo·rstd; lo_rstd = −lo·rstd.
+// (tag), as (x_j − hi)·rstd − lo·rstd; lo_rstd = −lo·rstd. In C, before its rounding to T.
 template <bool HasGamma, bool HasBeta, class C, class T, class Tag>
-RESNORM_SIMD_INLINE void layer_norm_apply_at(const T* RESNORM_RESTRICT x, index j, Tag tag, C hi,
-                                             C rstd, C lo_rstd,
-                                             const param_t<T>* RESNORM_RESTRICT gamma,
-                                             const param_t<T>* RESNORM_RESTRICT beta,
-                                             T* RESNORM_RESTRICT y) {
+RESNORM_SIMD_INLINE auto layer_norm_apply_value(const T* RESNORM_RESTRICT x, index j, Tag tag, C hi,
+                                                C rstd, C lo_rstd,
+                                                const param_t<T>* RESNORM_RESTRICT gamma,
+                                                const param_t<T>* RESNORM_RESTRICT beta) {
   using simd::load, simd::splat;
   auto v = simd::fma(load<C>(x + j, tag) - hi, splat(rstd, tag), splat(lo_rstd, tag));
   if constexpr (HasGamma && HasBeta) {
@@ -347,7 +346,19 @@ RESNORM_SIMD_INLINE void layer_norm_apply_at(const T* RESNORM_RESTRICT x, index 
   } else if constexpr (HasBeta) {
     v += load<C>(beta + j, tag);
   }
-  simd::store(y + j, v, tag);
+  return v;
+}
+
+// That y_j, stored.
+template <bool HasGamma, bool HasBeta, class C, class T, class Tag>
+RESNORM_SIMD_INLINE void layer_norm_apply_at(const T* RESNORM_RESTRICT x, index j, Tag tag, C hi,
+                                             C rstd, C lo_rstd,
+                                             const param_t<T>* RESNORM_RESTRICT gamma,
+                                             const param_t<T>* RESNORM_RESTRICT beta,
+                                             T* RESNORM_RESTRICT y) {
+  simd::store(y + j,
+              layer_norm_apply_value<HasGamma, HasBeta>(x, j, tag, hi, rstd, lo_rstd, gamma, beta),
+              tag);
 }
 
 // That y over n elements. Stream: y is written around the cache (simd::for_each_streaming), with

@@ -259,6 +259,25 @@ RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>)
   *reinterpret_cast<unaligned_t*>(static_cast<void*>(p)) = bits;
 }
 
+// Storage bits already rounded to T (narrow), written at p (any alignment).
+template <class T, class Bits>
+RESNORM_SIMD_INLINE void store_bits(T* p, Bits bits) {
+  using lane_t = std::remove_cvref_t<decltype(bits[0])>;
+  using unaligned_t =
+      typename unaligned_vector_of<lane_t, static_cast<int>(sizeof(Bits) / sizeof(lane_t))>::type;
+  *reinterpret_cast<unaligned_t*>(static_cast<void*>(p)) = bits;
+}
+
+// The lanes of a, then those of b, in one vector of twice as many.
+template <class V>
+RESNORM_SIMD_INLINE auto join(V a, V b) {
+  constexpr int n = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return __builtin_shufflevector(a, b, static_cast<int>(I)...);
+  }
+  (std::make_index_sequence<2 * n>{});
+}
+
 // The same with a non-temporal store: the line goes to memory without being read first (no
 // read-for-ownership) and without displacing the cache's working set. p is aligned to the
 // store's width (for_each_streaming sees to it); no x86: an ordinary store.
@@ -646,10 +665,15 @@ RESNORM_SIMD_INLINE row_partials<C, N> row_partial_sums(index d, const Terms& te
   auto add = [&]<std::size_t... I>(auto& a, const auto& t, std::index_sequence<I...>) {
     (accumulate(a[I], std::get<I>(t)), ...);
   };
+  // The K chains' packs written out (a fold over the chains, not a loop): GCC left a loop over k
+  // rolled where terms is large (the bf16 fused add + LayerNorm), and the accumulators, indexed
+  // by a run-time k, lived in memory.
+  auto add_chains = [&]<std::size_t... k>(index j0, std::index_sequence<k...>)
+      RESNORM_SIMD_ALWAYS_INLINE {
+    (add(acc[k], terms(j0 + static_cast<index>(k) * w, vector_tag{}), each), ...);
+  };
   index j = 0;
-  for (; j + K * w <= d; j += K * w) {
-    for (int k = 0; k < K; ++k) add(acc[k], terms(j + k * w, vector_tag{}), each);
-  }
+  for (; j + K * w <= d; j += K * w) add_chains(j, std::make_index_sequence<K>{});
   for (; j + w <= d; j += w) add(acc[0], terms(j, vector_tag{}), each);
   std::array<double, N> tail{};
   auto add_tail = [&]<std::size_t... I>(const auto& t, std::index_sequence<I...>) {
