@@ -264,8 +264,7 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
         const index last = (packs - 1) * simd::width<C>;
         layer_norm_apply_at<HasGamma, HasBeta>(work, last, simd::streaming_tag{}, hi, rstd, lo_rstd,
                                                gamma, beta, cur.y);
-        simd::store(next.s + last, simd::load<C>(fresh + last, simd::vector_tag{}),
-                    simd::streaming_tag{});
+        simd::write_around_cache(next.s + last, first_half_s);  // that pack's rounded s
       }
     }
     stats_out(t, m.stats);

@@ -225,12 +225,22 @@ RESNORM_SIMD_INLINE auto narrow(V v) requires(!std::is_floating_point_v<V>) {
   }
 }
 
+// The lanes of a, then those of b, in one vector of twice as many.
+template <class V>
+RESNORM_SIMD_INLINE auto join(V a, V b) {
+  constexpr int n = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return __builtin_shufflevector(a, b, static_cast<int>(I)...);
+  }
+  (std::make_index_sequence<2 * n>{});
+}
+
 // The storage bits of a and then b, rounded to T: a vector of raw_t<T> of twice their lanes.
 template <class T, class V>
 RESNORM_SIMD_INLINE auto narrow_pair(V a, V b) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
   using C = std::remove_cvref_t<decltype(a[0])>;
   constexpr int n = static_cast<int>(sizeof(V) / sizeof(C));
-#if defined(__AVX2__) && !defined(__AVX512F__)
   // Both rounded in place, shifted down and packed to 16 bits in one instruction (it works
   // within each 16-byte half: a's low four, b's low four, a's high four, b's high four), then
   // one permute puts the four groups in order: two shifts and two shuffles where gathering each
@@ -241,24 +251,10 @@ RESNORM_SIMD_INLINE auto narrow_pair(V a, V b) {
     return std::bit_cast<vec<std::uint16_t, 16>>(_mm256_permute4x64_epi64(packed, 0xd8));
   }
 #endif
-  const auto first = narrow<T>(a), second = narrow<T>(b);
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return __builtin_shufflevector(first, second, static_cast<int>(I)...);
-  }
-  (std::make_index_sequence<2 * n>{});
+  return join(narrow<T>(a), narrow<T>(b));
 }
 
 // Rounds v to T and writes width<C> elements at p (any alignment).
-template <class T, class V>
-RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
-  const auto bits = narrow<T>(v);
-  using bits_t = std::remove_cvref_t<decltype(bits)>;
-  using lane_t = std::remove_cvref_t<decltype(bits[0])>;
-  using unaligned_t =
-      typename unaligned_vector_of<lane_t, static_cast<int>(sizeof(bits_t) / sizeof(lane_t))>::type;
-  *reinterpret_cast<unaligned_t*>(static_cast<void*>(p)) = bits;
-}
-
 // Storage bits already rounded to T (narrow), written at p (any alignment).
 template <class T, class Bits>
 RESNORM_SIMD_INLINE void store_bits(T* p, Bits bits) {
@@ -268,14 +264,9 @@ RESNORM_SIMD_INLINE void store_bits(T* p, Bits bits) {
   *reinterpret_cast<unaligned_t*>(static_cast<void*>(p)) = bits;
 }
 
-// The lanes of a, then those of b, in one vector of twice as many.
-template <class V>
-RESNORM_SIMD_INLINE auto join(V a, V b) {
-  constexpr int n = static_cast<int>(sizeof(V) / sizeof(a[0]));
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return __builtin_shufflevector(a, b, static_cast<int>(I)...);
-  }
-  (std::make_index_sequence<2 * n>{});
+template <class T, class V>
+RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
+  store_bits(p, narrow<T>(v));
 }
 
 // The same with a non-temporal store: the line goes to memory without being read first (no
