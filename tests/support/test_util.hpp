@@ -30,10 +30,11 @@ using resnorm::index;
 using dmatrix = resnorm::matrix<double>;
 using dvector = resnorm::vector<double>;
 
-// Bitwise equality of n elements (−0 and +0 differ, a NaN equals its own bits).
+// Bitwise equality of n elements (−0 and +0 differ, a NaN equals its own bits). n = 0 is
+// equal without a call: memcmp must not be passed an empty matrix's null data().
 template <class S>
 bool same_bits(const S* a, const S* b, index n) {
-  return std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
+  return n == 0 || std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
 }
 
 // The first 64-byte (cache line) boundary in buffer, where the streamed kernels' tests place
