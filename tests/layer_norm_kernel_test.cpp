@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "reference/norm_kernel_reference.hpp"
+#include "resnorm/add_norm.hpp"
 #include "resnorm/kernels/rms_norm_kernel.hpp"
 #include "resnorm/layer_norm.hpp"
 #include "support/catch.hpp"
@@ -416,4 +417,68 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed overlapped rows eq
   };
   check.template operator()<k::compute_t<S>>();
   if constexpr (std::is_same_v<S, float>) check.template operator()<double>();
+}
+
+// A backward whose x holds kernels::next_vjp_row_min_bytes or more prefetches its next rows and,
+// in AVX-512 builds (kernels::streams_vjp_dx), writes dx with non-temporal stores. Rows 4 KiB
+// apart are not paired, so every row takes that path; dx rows start at every offset from a
+// cache line (d = 1100, stride d + 3), so every scalar head occurs. Each row of dx must have the
+// bits of the same row's backward alone (a 1-row matrix, far below the threshold), for LayerNorm,
+// RMSNorm and the fused add + LayerNorm (whose dx adds ds).
+TEMPLATE_TEST_CASE(
+    "layer_norm, rms_norm and add_norm backward: prefetched, streamed rows equal "
+    "rows alone bit for bit",
+    "[layer_norm][rms_norm][add_norm][kernel][stream]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  using P = k::param_t<S>;
+  using strided = Eigen::OuterStride<>;
+  constexpr Eigen::Index d = 1100, dx_stride = d + 3;
+  constexpr Eigen::Index x_stride = 4096 / sizeof(S) * ((d * sizeof(S) + 4095) / 4096);
+  const Eigen::Index rows =
+      static_cast<Eigen::Index>(k::next_vjp_row_min_bytes / (d * sizeof(S))) + 5;
+  REQUIRE(static_cast<std::size_t>(rows * d) * sizeof(S) >= k::next_vjp_row_min_bytes);
+  REQUIRE(x_stride * sizeof(S) % 4096 == 0);
+  std::vector<S> x_store(static_cast<std::size_t>(rows * x_stride));
+  Eigen::Map<matrix<S>, 0, strided> x(x_store.data(), rows, d, strided(x_stride));
+  x = hostile_rows<S>(rows, d, 610);
+  const matrix<S> dy = random_matrix<float>(rows, d, 611).template cast<S>();
+  const matrix<S> ds = random_matrix<float>(rows, d, 612).template cast<S>();
+  const vector<P> gamma = random_vector<P>(d, 613);
+  vector<double> mean(rows), rstd(rows), rms_rstd(rows);
+  {
+    matrix<S> y(rows, d);
+    resnorm::layer_norm_forward_into<S>(x, gamma, vector<P>(), 1e-5, y, mean, rstd);
+    resnorm::rms_norm_forward_into<S>(x, gamma, 1e-5, y, rms_rstd);
+  }
+  std::vector<S> dx_store(static_cast<std::size_t>(rows * dx_stride + 64));
+  Eigen::Map<matrix<S>, 0, strided> dx(dx_store.data() + 1, rows, d, strided(dx_stride));
+  vector<P> dgamma(d), dbeta(d);
+  k::kernel_workspace ws;
+  matrix<S> dx1(1, d);
+  vector<P> dgamma1(d), dbeta1(d);
+  auto each_row_alone = [&](const char* what, const auto& backward_of_row) {
+    for (Eigen::Index t = 0; t < rows; ++t) {
+      CAPTURE(what, t);
+      backward_of_row(t);
+      CHECK(same_bits(dx.row(t).data(), dx1.data(), d));
+    }
+  };
+  resnorm::layer_norm_vjp_into<S>(x, dy, gamma, mean, rstd, dx, dgamma, dbeta, ws);
+  each_row_alone("layer_norm", [&](Eigen::Index t) {
+    resnorm::layer_norm_vjp_into<S>(x.row(t), dy.row(t), gamma, mean.segment(t, 1),
+                                    rstd.segment(t, 1), dx1, dgamma1, dbeta1, ws);
+  });
+  resnorm::rms_norm_vjp_into<S>(x, dy, gamma, rms_rstd, dx, dgamma, ws);
+  each_row_alone("rms_norm", [&](Eigen::Index t) {
+    resnorm::rms_norm_vjp_into<S>(x.row(t), dy.row(t), gamma, rms_rstd.segment(t, 1), dx1, dgamma1,
+                                  ws);
+  });
+  resnorm::add_norm_vjp_into<S>(resnorm::add_norm_kind::layer_norm, x, ds, dy, gamma, mean, rstd,
+                                dx, dgamma, dbeta, ws);
+  each_row_alone("add_norm", [&](Eigen::Index t) {
+    resnorm::add_norm_vjp_into<S>(resnorm::add_norm_kind::layer_norm, x.row(t), ds.row(t),
+                                  dy.row(t), gamma, mean.segment(t, 1), rstd.segment(t, 1), dx1,
+                                  dgamma1, dbeta1, ws);
+  });
 }

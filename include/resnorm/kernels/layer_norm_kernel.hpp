@@ -14,9 +14,8 @@
 // the row's second pass (its apply) hits L1, and runs in the same loop as the next row's first
 // pass wherever y stays in the cache (layer_norm_rows_overlapped). The backward reads x and dy once
 // and writes dx once. Forward outputs past streaming_min_bytes (storage.hpp) are written around the
-// cache (non-temporal stores); the backward's dx never is: streamed, 4096 x 4096 float took 23 ms
-// against 19.7 ms with ordinary stores (medians of 5 alternating runs, AMD Zen 3), bf16 21 ms
-// against 13.7 ms.
+// cache (non-temporal stores); the backward's dx only in AVX-512 builds, for an x of
+// next_vjp_row_min_bytes or more (streams_vjp_dx).
 //   saved-stats backward (layer_norm_vjp_into): needs the forward's mean and rstd, 16 B per row.
 //   recompute backward (layer_norm_vjp_recompute_into): needs nothing kept from the forward and
 //     recomputes the statistics from x in L1: an extra in-cache pass per row (two for a row the
@@ -587,7 +586,18 @@ struct next_vjp_row {
   const T* dy = nullptr;
   const T* ds = nullptr;  // AddDs only
   T* dx = nullptr;
+  bool stream_dx = false;  // this row's dx written around the cache (streams_vjp_dx)
 };
+
+// Whether a backward that prefetches its next rows (an x of next_vjp_row_min_bytes or more) writes
+// dx with non-temporal stores: then dx's lines are not first read for ownership, which ordinary
+// stores must do, and the reads of x and dy keep the bandwidth. AVX-512 builds only, where it was
+// measured: float, one thread, on the AVX-512 Xeon (260 MiB L3), alternating runs of
+// layer_norm_vjp_into: 4096 x 4096 14.2-16.5 ms against 18.3-19.5, 1024 x 1024 0.53-0.55 ms
+// against 0.57-0.71, 256 x 1024 0.11-0.13 ms against 0.14-0.17, 8192 x 768 2.8-3.0 ms against
+// 3.2-3.6. On AMD Zen 3 (AVX2) it lost: 4096 x 4096 float 23 ms against 19.7 ms, bf16 21 ms against
+// 13.7 ms (medians of 5 alternating runs).
+inline constexpr bool streams_vjp_dx = simd::register_bytes == 64;
 
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
 // rows rather than once per row (their read-modify-write is most of the stores of a row), and
@@ -753,6 +763,18 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     if constexpr (WantDBeta) simd::store(dbeta + j, dbeta_j);
   };
   if constexpr (R == 1) {
+    if (next.stream_dx) {
+      // The same bits: only where the stores of dx go differs (for_each_streaming).
+      simd::for_each_streaming<C, T>(d, rows.dx[0], [&](index j, auto tag) {
+        if constexpr (simd::is_pack_tag<decltype(tag)>) {
+          simd::prefetch_read(next.x + j);
+          simd::prefetch_read(next.dy + j);
+          if constexpr (AddDs) simd::prefetch_read(next.ds + j);
+        }
+        body(j, tag);
+      });
+      return;
+    }
     if (next.x != nullptr) {
       simd::for_each<C, T>(d, [&](index j, auto tag) {
         if constexpr (simd::is_pack_tag<decltype(tag)>) {
@@ -823,7 +845,10 @@ void norm_range_vjp(index begin, index end, matrix_cref<T> x, matrix_cref<T> dy,
   };
   // Narrow rows only: a group of wide rows keeps 4 rows each of x, dy and dx (plus dγ, dβ) at
   // the same offset modulo 4 KiB when the row length is a power of two, 14 streams over one L1
-  // set of 8 ways. Ungrouped, 1024 x 1024 ran in 0.82-0.87 ms against 1.8 ms (Zen 3).
+  // set of 8 ways. Ungrouped, 1024 x 1024 ran in 0.82-0.87 ms against 1.8 ms (Zen 3). On the
+  // AVX-512 Xeon, wide rows in groups of 4 or 8 (dx streamed) halved the time of rows in L2
+  // (16 x 4096 float 25-30 µs against 48-52) but lost from memory (4096 x 4096 16.4-17.1 ms
+  // against 13.6-17.6 alone, bf16 in groups of 8 36-41 ms against 9.1-9.4).
   const bool grouped = static_cast<std::size_t>(d) * sizeof(T) <= group_row_bytes;
   groups_of(std::integral_constant<int, rows_per_group>{}, grouped);
   auto spares = [](index stride) { return row_stride_spares_l1_sets(stride, sizeof(T)); };
@@ -833,17 +858,22 @@ void norm_range_vjp(index begin, index end, matrix_cref<T> x, matrix_cref<T> dy,
                       spares(dx.outerStride()) && (ds_data == nullptr || spares(ds_stride));
   groups_of(std::integral_constant<int, wide_rows_per_group>{}, paired);
   const bool prefetch = static_cast<std::size_t>(x.size()) * sizeof(T) >= next_vjp_row_min_bytes;
+  const bool stream = prefetch && streams_vjp_dx;
   for (; t < end; ++t) {
     row_group<T, 1> g;
     fill(g, t);
     next_vjp_row<T> next;
-    if (prefetch && t + 1 < end) {
-      next = {x.row(t + 1).data(), dy.row(t + 1).data(),
-              ds_data ? ds_data + (t + 1) * ds_stride : nullptr, dx.row(t + 1).data()};
+    if (prefetch) {
+      // The last row prefetches itself again (the next row of another thread's block is not ours
+      // to pull in).
+      const index n = t + 1 < end ? t + 1 : t;
+      next = {x.row(n).data(), dy.row(n).data(), ds_data ? ds_data + n * ds_stride : nullptr,
+              dx.row(n).data(), stream};
     }
     norm_group_vjp<C, 1, Centred, HasGamma, WantDGamma, WantDBeta, AddDs>(g, d, gamma, dgamma,
                                                                           dbeta, next);
   }
+  if (stream) stream_fence();
 }
 
 template <class T, class C>
