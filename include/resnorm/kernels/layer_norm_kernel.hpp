@@ -586,7 +586,7 @@ struct next_vjp_row {
   const T* dy = nullptr;
   const T* ds = nullptr;  // AddDs only
   T* dx = nullptr;
-  bool stream_dx = false;  // this row's dx written around the cache (streams_vjp_dx)
+  bool stream_dx = false;  // with x: this row's dx written around the cache (streams_vjp_dx)
 };
 
 // Whether a backward that prefetches its next rows (an x of next_vjp_row_min_bytes or more) writes
@@ -763,28 +763,27 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     if constexpr (WantDBeta) simd::store(dbeta + j, dbeta_j);
   };
   if constexpr (R == 1) {
-    if (next.stream_dx) {
-      // The same bits: only where the stores of dx go differs (for_each_streaming).
-      simd::for_each_streaming<C, T>(d, rows.dx[0], [&](index j, auto tag) {
-        if constexpr (simd::is_pack_tag<decltype(tag)>) {
-          simd::prefetch_read(next.x + j);
-          simd::prefetch_read(next.dy + j);
-          if constexpr (AddDs) simd::prefetch_read(next.ds + j);
-        }
-        body(j, tag);
-      });
-      return;
-    }
     if (next.x != nullptr) {
-      simd::for_each<C, T>(d, [&](index j, auto tag) {
-        if constexpr (simd::is_pack_tag<decltype(tag)>) {
+      // body, pulling next's packs at j towards the cache: x, dy (and ds), and dx unless its
+      // stores go around the cache (a streaming_tag), as prefetch_next_row does in the forward.
+      auto prefetching = [&](index j, auto tag) {
+        using Tag = decltype(tag);
+        if constexpr (simd::is_pack_tag<Tag>) {
           simd::prefetch_read(next.x + j);
           simd::prefetch_read(next.dy + j);
           if constexpr (AddDs) simd::prefetch_read(next.ds + j);
-          simd::prefetch_write(next.dx + j);
+          if constexpr (!std::is_base_of_v<simd::streaming_tag, Tag>) {
+            simd::prefetch_write(next.dx + j);
+          }
         }
         body(j, tag);
-      });
+      };
+      // The same bits either way: only where the stores of dx go differs.
+      if (next.stream_dx) {
+        simd::for_each_streaming<C, T>(d, rows.dx[0], prefetching);
+      } else {
+        simd::for_each<C, T>(d, prefetching);
+      }
       return;
     }
   }
