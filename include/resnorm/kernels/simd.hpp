@@ -254,7 +254,6 @@ RESNORM_SIMD_INLINE auto narrow_pair(V a, V b) {
   return join(narrow<T>(a), narrow<T>(b));
 }
 
-// Rounds v to T and writes width<C> elements at p (any alignment).
 // Storage bits already rounded to T (narrow), written at p (any alignment).
 template <class T, class Bits>
 RESNORM_SIMD_INLINE void store_bits(T* p, Bits bits) {
@@ -264,12 +263,13 @@ RESNORM_SIMD_INLINE void store_bits(T* p, Bits bits) {
   *reinterpret_cast<unaligned_t*>(static_cast<void*>(p)) = bits;
 }
 
+// Rounds v to T and writes width<C> elements at p (any alignment).
 template <class T, class V>
 RESNORM_SIMD_INLINE void store(T* p, V v) requires(!std::is_floating_point_v<V>) {
   store_bits(p, narrow<T>(v));
 }
 
-// The same with a non-temporal store: the line goes to memory without being read first (no
+// store_bits with a non-temporal store: the line goes to memory without being read first (no
 // read-for-ownership) and without displacing the cache's working set. p is aligned to the
 // store's width (for_each_streaming sees to it); no x86: an ordinary store.
 template <class Bits>
