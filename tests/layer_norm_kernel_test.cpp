@@ -5,6 +5,7 @@
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -138,6 +139,42 @@ TEST_CASE("layer_norm kernel: float rows of large offset keep y and dx to 1e-5",
     const auto ref_grad = resnorm_reference::norm_backward(norm_kind::layer, x, dy, gamma, 1e-5L);
     CHECK(max_abs_diff(y, ref.y) <= offset_tolerance);
     CHECK(max_abs_diff(dx, ref_grad.dx) <= offset_tolerance);
+  }
+}
+
+// Rows just above float's smallest normal, 2^-126 · (1 + k · 2^-23) with k = 0 … 7, whose mean
+// falls between floats by less than float's subnormal step: its low part lo, rounded to that step,
+// is off by up to 2^-150, a quarter of the spread. With eps = 2^-198, rstd ≈ 2^99, so that
+// xhat ≈ 2^-47 and every value and product lies inside the accuracy domain (README). The float
+// backward must take such rows in double (float_backward_in_range); in float, dγ = Σ dy·xhat
+// carries the centre's error in full (tens of percent). dx does not show it (its xhat·b term
+// is 2^-47 below g − a), so dγ is compared relative to its own size.
+TEST_CASE("layer_norm kernel: the float backward keeps rows whose mean rounds into subnormals",
+          "[layer_norm][kernel][vjp][accuracy]") {
+  const double eps = 0x1p-198;
+  for (Eigen::Index dim : {Eigen::Index(5), Eigen::Index(64), Eigen::Index(300)}) {
+    CAPTURE(dim);
+    const Eigen::Index rows = 9;  // two groups of four narrow rows and one alone
+    matrix<float> x(rows, dim);
+    for (Eigen::Index t = 0; t < rows; ++t) {
+      for (Eigen::Index j = 0; j < dim; ++j) {
+        x(t, j) = std::ldexp(1.0f + static_cast<float>((t * 5 + j * 3) % 8) * 0x1p-23f, -126);
+      }
+    }
+    const matrix<float> dy = random_matrix<float>(rows, dim, 31);
+    const vector<float> gamma = random_vector<float>(dim, 32, 0.25, 1.0);
+    matrix<float> y(rows, dim), dx(rows, dim);
+    vector<double> mean(rows), rstd(rows);
+    vector<float> dgamma(dim), dbeta(dim);
+    resnorm::layer_norm_forward_into<float>(x, gamma, vector<float>(), eps, y, mean, rstd);
+    REQUIRE(rstd.maxCoeff() <= 0x1p100);  // inside the float backward's range of rstd
+    resnorm::kernels::kernel_workspace ws;
+    resnorm::layer_norm_vjp_into<float>(x, dy, gamma, mean, rstd, dx, dgamma, dbeta, ws);
+    const auto ref = resnorm_reference::norm_backward(norm_kind::layer, x, dy, gamma,
+                                                      static_cast<long double>(eps));
+    // As ratios, so that a failure prints them (the values themselves are near 2^-47).
+    CHECK(max_abs_diff(dx, ref.dx) / max_abs(ref.dx) <= tolerance<float>());
+    CHECK(max_abs_diff(dgamma, ref.dgamma) / max_abs(ref.dgamma) <= tolerance<float>());
   }
 }
 

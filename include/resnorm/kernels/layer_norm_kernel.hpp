@@ -558,20 +558,26 @@ RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
 // latency.
 inline constexpr std::size_t group_row_bytes = 2048;
 
-// True when float arithmetic holds a backward row: no overflow (stats, Σg, Σg·xhat below 2^100)
-// and nothing sinking towards float's subnormals, where products keep only a few bits: the
-// normalised values must not all be tiny (mean xhat² ≥ 2^-90; a constant row, xhat = 0, goes to
-// double too) and the sums must be 0 or at least 2^-100.
-inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx, double sum_xx,
-                                    index d) {
+// True when float arithmetic holds a backward row: no overflow (stats, Σg, Σg·xhat below 2^100),
+// sums that are 0 or at least 2^-100, and a mean that row_centre<float> holds: hi + lo within
+// 2^-48 of it (its low part lo a normal float, which a mean of 2^-102 or more guarantees), or
+// exactly. A smaller mean, rounded into lo's subnormals, would be off by up to 2^-150, which is
+// not small against a spread of a few float ulps of such a row (xhat = (x − mean)·rstd then
+// carries it in full); such rows go to double. Inside the accuracy domain (no subnormal inputs,
+// products or xhat) nothing else in the float backward loses bits, so no sum over xhat² is taken.
+inline bool float_backward_in_range(row_stats s, double sum_g, double sum_gx) {
   constexpr double limit = 0x1p100;
   // Every test is written to fail for NaN (a NaN or Inf in the row goes to double, where IEEE
   // arithmetic carries it to the row's outputs).
   const double g = std::abs(sum_g), gx = std::abs(sum_gx);
   const bool sums_finite = g <= limit && gx <= limit;
   const bool sums_not_tiny = (g == 0 && gx == 0) || g >= 1 / limit || gx >= 1 / limit;
-  return std::abs(s.mean) <= 0x1p127 && s.rstd >= 1 / limit && s.rstd <= limit && sums_finite &&
-         sums_not_tiny && sum_xx >= 0x1p-90 * static_cast<double>(d);
+  if (!(std::abs(s.mean) <= 0x1p127 && s.rstd >= 1 / limit && s.rstd <= limit && sums_finite &&
+        sums_not_tiny)) {
+    return false;
+  }
+  const double rest = s.mean - static_cast<double>(static_cast<float>(s.mean));  // exact
+  return std::abs(s.mean) >= 0x1p-102 || rest == static_cast<double>(static_cast<float>(rest));
 }
 
 // The row after a backward row that goes alone (a wide row not paired), pulled towards the cache
@@ -660,8 +666,8 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     return g;
   };
   const double inv_d = 1.0 / static_cast<double>(d);
-  // Σg (Centred only), Σg·xhat and Σxhat² of row r, before their horizontal step.
-  constexpr int S = Centred ? 3 : 2;
+  // Σg (Centred only) and Σg·xhat of row r, before their horizontal step.
+  constexpr int S = Centred ? 2 : 1;
   // Inlined by force: GCC kept it out of line (it is called twice in double), and the row's
   // constants and accumulators went through memory with it.
   auto partials_of = [&](int r) RESNORM_SIMD_ALWAYS_INLINE {
@@ -669,9 +675,9 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
       const auto g = g_from(r, load<C>(rows.dy[r] + j, tag), j, tag);
       const auto xhat = xhat_of(r, j, tag);
       if constexpr (Centred) {
-        return std::tuple{g, simd::product{g, xhat}, simd::product{xhat, xhat}};
+        return std::tuple{g, simd::product{g, xhat}};
       } else {
-        return std::array{simd::product{g, xhat}, simd::product{xhat, xhat}};
+        return std::array{simd::product{g, xhat}};
       }
     });
   };
@@ -681,7 +687,7 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
   }(std::make_index_sequence<R>{}));
   for (int r = 0; r < R; ++r) {
     auto sum_g = [&] { return Centred ? sums[r][0] : 0.0; };
-    auto sum_gx = [&] { return sums[r][S - 2]; };
+    auto sum_gx = [&] { return sums[r][S - 1]; };
     if constexpr (std::is_same_v<C, double>) {
       // Σg or Σg·xhat beyond 2^1000 (up to d·|g|·sqrt(d) of finite g, or g = dy·γ itself past
       // double): sum g·2^-s instead, with the largest |g| brought near 2^900. Its exponent is
@@ -710,8 +716,7 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
         }
       }
     } else {
-      in_range =
-          in_range && float_backward_in_range(rows.s[r], sum_g(), sum_gx(), sums[r][S - 1], d);
+      in_range = in_range && float_backward_in_range(rows.s[r], sum_g(), sum_gx());
     }
     k[r].a = static_cast<C>(sum_g() * inv_d);
     k[r].b = static_cast<C>(sum_gx() * inv_d);
