@@ -73,7 +73,9 @@ ld_row_stats exact_row_forward(norm_kind kind, const S* x, Eigen::Index d, const
 }
 
 // dx[0, d) of one row, and dγ, dβ accumulated (each d values, or nullptr when not wanted).
-// dx_scale receives rstd · max_j |g_j|, the size of the terms dx is a difference of.
+// dx_scale receives rstd · max_j max(|g_j|, |xhat_j · mean(g ⊙ xhat)|), the size of the terms
+// dx is a difference of: with one outlying x the second reaches sqrt(d) times the first, and a
+// kernel's rounding of it (its xhat and mean(g ⊙ xhat) carry a few ulps each) with it.
 template <class S, class P>
 void exact_row_backward(norm_kind kind, const S* x, const S* dy, Eigen::Index d, const P* gamma,
                         ld eps, ld* dx, ld* dgamma, ld* dbeta, ld* dx_scale = nullptr) {
@@ -90,12 +92,14 @@ void exact_row_backward(norm_kind kind, const S* x, const S* dy, Eigen::Index d,
   }
   const ld mean_g = kind == norm_kind::layer ? sum_g / static_cast<ld>(d) : 0.0L;
   const ld mean_gx = sum_gx / static_cast<ld>(d);
+  ld max_term = max_g;
   for (Eigen::Index j = 0; j < d; ++j) {
     dx[j] = s.rstd * (g(j) - mean_g - xhat(j) * mean_gx);
+    max_term = std::max(max_term, std::abs(xhat(j) * mean_gx));
     if (dgamma) dgamma[j] += static_cast<ld>(dy[j]) * xhat(j);
     if (dbeta) dbeta[j] += static_cast<ld>(dy[j]);
   }
-  if (dx_scale) *dx_scale = s.rstd * max_g;
+  if (dx_scale) *dx_scale = s.rstd * max_term;
 }
 
 // The smallest magnitude measured relatively: min_normal(S) / eps(S) (see the header).
