@@ -457,7 +457,8 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed overlapped rows eq
 }
 
 // A backward whose x holds kernels::next_vjp_row_min_bytes or more prefetches its next rows and,
-// in AVX-512 builds (kernels::streams_vjp_dx), writes dx with non-temporal stores. Rows 4 KiB
+// in AVX-512 builds (kernels::streams_vjp_dx), from kernels::streamed_dx_min_bytes() on (16 MiB on
+// AMD CPUs, else the same), writes dx with non-temporal stores. Rows 4 KiB
 // apart are not paired, so every row takes that path; dx rows start at every offset from a
 // cache line (d = 1100, stride d + 3), so every scalar head occurs. Each row of dx must have the
 // bits of the same row's backward alone (a 1-row matrix, far below the threshold), for LayerNorm,
@@ -472,9 +473,9 @@ TEMPLATE_TEST_CASE(
   using strided = Eigen::OuterStride<>;
   constexpr Eigen::Index d = 1100, dx_stride = d + 3;
   constexpr Eigen::Index x_stride = 4096 / sizeof(S) * ((d * sizeof(S) + 4095) / 4096);
-  const Eigen::Index rows =
-      static_cast<Eigen::Index>(k::next_vjp_row_min_bytes / (d * sizeof(S))) + 5;
-  REQUIRE(static_cast<std::size_t>(rows * d) * sizeof(S) >= k::next_vjp_row_min_bytes);
+  const std::size_t min_bytes = std::max(k::next_vjp_row_min_bytes, k::streamed_dx_min_bytes());
+  const Eigen::Index rows = static_cast<Eigen::Index>(min_bytes / (d * sizeof(S))) + 5;
+  REQUIRE(static_cast<std::size_t>(rows * d) * sizeof(S) >= min_bytes);
   REQUIRE(x_stride * sizeof(S) % 4096 == 0);
   std::vector<S> x_store(static_cast<std::size_t>(rows * x_stride));
   Eigen::Map<matrix<S>, 0, strided> x(x_store.data(), rows, d, strided(x_stride));

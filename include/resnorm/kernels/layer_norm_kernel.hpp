@@ -445,11 +445,13 @@ bool rows_on_cache_lines(const T* y, index stride, index rows) {
 // row by row, RMSNorm 2.47-2.54 against 2.85; but 32768 x 4096 (from memory) 32.2-33.9 ms against
 // 30.5-31.4, and float gained 2 % at 4096 x 4096 and lost 8 % at 32768 x 4096 (56.4 against 52.1
 // ms), so float keeps the row-by-row streamed forward. Prefetching row t + 2 did not mend the
-// loss from memory (float 67-90 ms).
+// loss from memory (float 67-90 ms). Not on AMD CPUs: on Zen 5 (AVX-512, 4096 x 4096 from memory)
+// the overlapped bf16 rows took 3.8 ms against 2.6 row by row, RMSNorm 2.4 against 2.1 (medians
+// of 6 alternating runs).
 template <class C, class T>
 bool streams_rows_overlapped(const T* y, index stride, index rows) {
   return sizeof(T) < sizeof(C) && simd::stored_pack_bytes<C, T> * 2 >= cache_line_bytes &&
-         rows_on_cache_lines(y, stride, rows);
+         rows_on_cache_lines(y, stride, rows) && !amd_cpu();
 }
 
 // Rows 0 … rows − 1 of a forward whose y stays in the cache (no streaming stores), two rows in
@@ -602,8 +604,16 @@ struct next_vjp_row {
 // layer_norm_vjp_into: 4096 x 4096 14.2-16.5 ms against 18.3-19.5, 1024 x 1024 0.53-0.55 ms
 // against 0.57-0.71, 256 x 1024 0.11-0.13 ms against 0.14-0.17, 8192 x 768 2.8-3.0 ms against
 // 3.2-3.6. On AMD Zen 3 (AVX2) it lost: 4096 x 4096 float 23 ms against 19.7 ms, bf16 21 ms against
-// 13.7 ms (medians of 5 alternating runs).
+// 13.7 ms (medians of 5 alternating runs). On AMD Zen 5 (AVX-512) it wins from memory and loses
+// in the cache: float 4096 x 4096 7.8 ms against 9.4 (medians of 8 alternating processes),
+// 1024 x 1024 0.31 ms against 0.27 (medians of 150 samples alternating in one process), so AMD
+// CPUs stream dx only past streaming_min_bytes.
 inline constexpr bool streams_vjp_dx = simd::register_bytes == 64;
+
+// The smallest x (bytes) whose backward streams dx, where streams_vjp_dx allows it.
+inline std::size_t streamed_dx_min_bytes() {
+  return amd_cpu() ? std::max(next_vjp_row_min_bytes, streaming_min_bytes) : next_vjp_row_min_bytes;
+}
 
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
 // rows rather than once per row (their read-modify-write is most of the stores of a row), and
@@ -862,7 +872,8 @@ void norm_range_vjp(index begin, index end, matrix_cref<T> x, matrix_cref<T> dy,
                       spares(dx.outerStride()) && (ds_data == nullptr || spares(ds_stride));
   groups_of(std::integral_constant<int, wide_rows_per_group>{}, paired);
   const bool prefetch = static_cast<std::size_t>(x.size()) * sizeof(T) >= next_vjp_row_min_bytes;
-  const bool stream = prefetch && streams_vjp_dx;
+  const bool stream = prefetch && streams_vjp_dx &&
+                      static_cast<std::size_t>(x.size()) * sizeof(T) >= streamed_dx_min_bytes();
   for (; t < end; ++t) {
     row_group<T, 1> g;
     fill(g, t);
