@@ -634,12 +634,11 @@ struct row_partials {
 
 // The partial sums of Σ_j terms(j)[n] over a row of length d. terms(j, tag) returns N terms,
 // packs (or scalars in the tail) or products of two, as a std::array or, where plain terms and
-// products mix, a std::tuple. Packs accumulate in C in sum_chains<N> independent chains, folded
-// in a fixed tree; the tail accumulates in double.
-template <class C, int N, class Terms>
+// products mix, a std::tuple. Packs accumulate in C in K independent chains (sum_chains<N> unless
+// given), folded in a fixed tree; the tail accumulates in double.
+template <class C, int N, int K = sum_chains<N>, class Terms>
 RESNORM_SIMD_INLINE row_partials<C, N> row_partial_sums(index d, const Terms& terms) {
   constexpr index w = width<C>;
-  constexpr int K = sum_chains<N>;
   using sums = std::array<pack<C>, N>;
   // Built from zero packs rather than value-initialised (`{}`) or zeroed in a loop: GCC turns
   // either into a memset of the accumulators, emitted as `rep stos`, whose start-up cost on every
