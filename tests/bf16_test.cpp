@@ -259,3 +259,50 @@ TEST_CASE("bf16: GELU forward is correctly rounded from its exact value", "[bf16
   CHECK(checked == 65536 - 2 * 127 - 2);  // all but the 254 NaNs and the two infinities
   CHECK(worst <= 1.0);
 }
+
+// The two ways a row's lookups run (gelu_row_tabulated): 16-lane AVX-512 gathers (Intel) or one
+// load per element (AMD, where the gathers are slower). Both, forced here on any CPU, give the
+// table's entries: over every input pattern, forward and vjp, with a tail past the last full
+// gather and a vjp row longer than its lookup chunk.
+TEST_CASE("bf16: GELU's lookups give the table's bits gathered or one at a time", "[bf16][gelu]") {
+  namespace k = resnorm::kernels;
+  using value_fn = k::gelu_function<resnorm::gelu_approximation::erf, k::gelu_part::value>;
+  using slope_fn = k::gelu_function<resnorm::gelu_approximation::erf, k::gelu_part::slope>;
+  constexpr long n = 65536 + 7;
+  std::vector<bf16> x(n), dy(n), out(n);
+  for (long i = 0; i < n; ++i) {
+    x[static_cast<std::size_t>(i)].value =
+        static_cast<unsigned short>(i * 40503);  // odd: a permutation
+    dy[static_cast<std::size_t>(i)] = bf16(0.75f + 0.001f * static_cast<float>(i % 97));
+  }
+  const auto& value_table = k::bf16_table_of<value_fn, bf16>();
+  const auto& slope_table = k::bf16_table_of<slope_fn, float>();
+  for (const bool gather : {true, false}) {
+    CAPTURE(gather);
+    k::gelu_tables<value_fn> values;
+    values.value = &value_table;
+    values.gather = gather;
+    k::gelu_row_tabulated(x.data(), nullptr, n, values, out.data());
+    long differ = 0;
+    for (long i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      differ += out[j].value != value_table[x[j]].value;
+    }
+    CHECK(differ == 0);
+
+    k::gelu_tables<slope_fn> slopes;
+    slopes.factor = &slope_table;
+    slopes.gather = gather;
+    k::gelu_row_tabulated(x.data(), dy.data(), n, slopes, out.data());
+    differ = 0;
+    for (long i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      const bf16 expected = k::store<bf16>(static_cast<float>(dy[j]) * slope_table[x[j]]);
+      // NaN inputs give NaN products; any NaN matches any NaN.
+      const bool both_nan =
+          std::isnan(static_cast<float>(out[j])) && std::isnan(static_cast<float>(expected));
+      differ += !both_nan && out[j].value != expected.value;
+    }
+    CHECK(differ == 0);
+  }
+}

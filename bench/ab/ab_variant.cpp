@@ -4,6 +4,7 @@
 // renamed (-Dresnorm=resnorm_a, -Dresnorm=resnorm_b) and the entry point named by
 // RESNORM_AB_SIDE, so that both versions of every inline kernel link into one program.
 #include "resnorm/add_norm.hpp"
+#include "resnorm/kernels/gelu_kernel.hpp"
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 #include "resnorm/kernels/rms_norm_kernel.hpp"
 
@@ -56,6 +57,12 @@ void run(int op, const buffers& b) {
     case 3:
       resnorm::rms_norm_vjp_into<T>(x, f, gamma, rstd, y, dgamma, ws);
       break;
+    case 5:
+      resnorm::gelu_forward_into<T>(x, resnorm::gelu_approximation::erf, y);
+      break;
+    case 6:
+      resnorm::gelu_vjp_into<T>(x, f, resnorm::gelu_approximation::erf, y);
+      break;
     default:
       resnorm::add_norm_forward_into<T>(resnorm::add_norm_kind::layer_norm, x, f, gamma, beta, eps,
                                         out_map<T>(static_cast<T*>(b.s), b.rows, b.dim), y, mean,
@@ -66,8 +73,8 @@ void run(int op, const buffers& b) {
 }  // namespace
 
 // op: 0 LayerNorm forward, 1 its backward, 2 RMSNorm forward, 3 its backward, 4 add + LayerNorm
-// forward; bf16: the storage type is Eigen::bfloat16 (else float). The backwards read the
-// statistics the forward (op 0 or 2) left in mean and rstd.
+// forward, 5 GELU (erf) forward, 6 its vjp; bf16: the storage type is Eigen::bfloat16 (else float).
+// The backwards read the statistics the forward (op 0 or 2) left in mean and rstd.
 void RESNORM_AB_JOIN(run_case, RESNORM_AB_SIDE)(int op, bool bf16, const void* x, const void* f,
                                                 void* y, void* s, const float* gamma,
                                                 const float* beta, float* dgamma, float* dbeta,
