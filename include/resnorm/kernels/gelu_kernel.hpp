@@ -233,7 +233,6 @@ template <class F>
 struct gelu_tables {
   const bf16_table<F, bf16>* value = nullptr;
   const bf16_table<F, float>* factor = nullptr;
-  bool gather = !amd_cpu();  // 16-lane gathers where they beat scalar loads (gelu_row_tabulated)
 };
 
 // Elements of a bf16 row whose factors are looked up into an L1 buffer (1 KiB) before the
@@ -248,14 +247,14 @@ RESNORM_WIDE_VECTORS void gelu_row_tabulated(const bf16* RESNORM_RESTRICT x,
                                              bf16* RESNORM_RESTRICT out) {
   index done = 0;  // elements looked up by the gathers
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  // 16 lookups per gather: a scalar lookup is two loads and a store per element, and on the
-  // AVX-512 Xeons the load ports held the forward at one element per cycle (4096 x 4096 bf16 erf
-  // 1.66x float's elements per second with gathers); the gather reads 16 table entries in one
-  // instruction. AMD Zen 5 takes about 19 cycles per 16-lane gather, slower than the scalar
-  // loads (bf16 forward 1.3-1.4x, vjp 1.2-1.4x without them), so tables.gather is false there.
-  // A bf16 entry is gathered as the 4 bytes at its address (the table has one entry of padding
-  // past the last pattern) and narrowed to its low half.
-  for (; tables.gather && done + 16 <= n; done += 16) {
+  // 16 lookups per gather: a scalar lookup is two loads and a store per element, and the load
+  // ports held the forward at one element per cycle (4096 x 4096 bf16 erf 1.66x float's elements
+  // per second); the gather reads 16 table entries in one instruction. A bf16 entry is gathered
+  // as the 4 bytes at its address (the table has one entry of padding past the last pattern)
+  // and narrowed to its low half. On AMD Zen 5, where a gather takes about 19 cycles, scalar
+  // loads measured 1.3-1.4x faster in one hour and 0.55-0.7x in the next (bench/HISTORY.md):
+  // the gathers stay on every CPU.
+  for (; done + 16 <= n; done += 16) {
     const index j = done;
     const __m512i bits = _mm512_maskz_cvtepu16_epi32(
         0xffff, _mm256_loadu_si256(static_cast<const __m256i*>(static_cast<const void*>(x + j))));

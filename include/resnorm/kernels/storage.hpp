@@ -115,11 +115,10 @@ T store(V v) {
 // L1 and then copied it out measured 18-19 % slower than ordinary stores on an AVX-512 Xeon.)
 inline constexpr std::size_t streaming_min_bytes = std::size_t(16) << 20;
 
-// Whether this is an AMD CPU, read once. Asked by the choices that measured opposite ways on
-// the Intel and AMD machines resnorm is benchmarked on: two about non-temporal stores into data
-// the last-level cache would otherwise hold (layer_norm_kernel.hpp: streams_rows_overlapped,
-// streamed_dx_min_bytes), and bf16 GELU's table lookups by gather or by scalar loads
-// (gelu_kernel.hpp: gelu_tables::gather).
+// Whether this is an AMD CPU, read once. Asked by the two streaming choices that measured
+// opposite ways on the Intel and AMD machines resnorm is benchmarked on, both about
+// non-temporal stores into data the last-level cache would otherwise hold
+// (layer_norm_kernel.hpp: streams_rows_overlapped, streamed_dx_min_bytes).
 inline bool amd_cpu() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   static const bool amd = __builtin_cpu_is("amd");
