@@ -126,7 +126,7 @@ TEST_CASE("kernels: the workspace's accumulator slots start on cache lines", "[t
     const Eigen::Index rows = 4099;
     ws.reserve(rows, dim);
     const auto on_line = [](const void* p) {
-      return reinterpret_cast<std::uintptr_t>(p) % 64 == 0;
+      return reinterpret_cast<std::uintptr_t>(p) % k::cache_line_bytes == 0;
     };
     for (Eigen::Index b = 0; b < k::reduction_blocks(rows); ++b) {
       CAPTURE(b);

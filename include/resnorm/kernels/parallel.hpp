@@ -22,6 +22,7 @@
 #include <omp.h>
 #endif
 
+#include "resnorm/kernels/storage.hpp"
 #include "resnorm/matrix.hpp"
 
 namespace resnorm::kernels {
@@ -117,7 +118,7 @@ class kernel_workspace {
     }
   }
 
-  static constexpr std::size_t line = 64;  // bytes in a cache line
+  static constexpr std::size_t line = cache_line_bytes;
 
   std::vector<float> f32_;
   std::vector<double> f64_;
