@@ -125,6 +125,50 @@ TEST_CASE("gelu kernel: float forward and slope meet the stated error on [-10, 1
   }
 }
 
+// The float erf forward is Φ as a rational fit (error 2.0e-8 in double) times x, evaluated in 13
+// float operations: each rounding is at most 2^-24 ≈ 6e-8 of a value ≤ 1 (Φ − 1/2 within
+// [−1/2, 1/2]), and the few that land in the sum 1/2 + x·P/Q dominate, so its error sits well
+// inside the stated 1e-6: 3e-7·max(1, |x|) is a bound with some room, and a coefficient off by
+// one unit in its 5th digit breaks it.
+TEST_CASE("gelu kernel: float erf forward within 3e-7 on [-10, 10]", "[gelu][kernel][accuracy]") {
+  const auto erf_forward = [](const auto& x, auto& y) {
+    resnorm::gelu_forward_into<float>(x, gelu_approximation::erf, y);
+  };
+  const auto [e, at] = worst_error(erf_forward, ref_erf_value);
+  CAPTURE(e, at);
+  CHECK(e <= 3e-7);
+}
+
+// GELU(x) = x·Φ(x) with 0 ≤ Φ ≤ 1 lies between 0 and x, with the sign of x. The float erf
+// forward keeps that where its rounded Φ leaves [0, 1] (near ±5.5): every float in [4, 6] and
+// [−6, −4], where Φ is within 3.2e-5 of 0 or 1, and the sweep over [−10, 10].
+TEST_CASE("gelu kernel: float erf forward lies between 0 and x", "[gelu][kernel][accuracy]") {
+  std::vector<float> xs;
+  for (float v = 4.f; v <= 6.f; v = std::nextafter(v, 7.f)) {
+    xs.push_back(v);
+    xs.push_back(-v);
+  }
+  for (std::uint32_t u = 0; u <= ten_bits; u += sweep_stride) {
+    xs.push_back(std::bit_cast<float>(u));
+    xs.push_back(-std::bit_cast<float>(u));
+  }
+  const auto n = static_cast<Eigen::Index>(xs.size());
+  const Eigen::Map<const matrix<float>> x(xs.data(), 1, n);
+  matrix<float> y(1, n);
+  resnorm::gelu_forward_into<float>(x, gelu_approximation::erf, y);
+  std::size_t outside = 0;
+  float first_x = 0, first_y = 0;
+  for (Eigen::Index k = 0; k < n; ++k) {
+    const float v = x(0, k), g = y(0, k);
+    const bool between = v >= 0 ? (g >= 0 && g <= v) : (g <= 0 && g >= v);
+    if (!between || std::signbit(g) != std::signbit(v)) {
+      if (outside++ == 0) first_x = v, first_y = g;
+    }
+  }
+  CAPTURE(outside, first_x, first_y);
+  CHECK(outside == 0);
+}
+
 TEST_CASE("gelu kernel: float e^x keeps NaN and clamps infinities", "[gelu][kernel][nonfinite]") {
   using resnorm::kernels::exp_float;
   const float inf = std::numeric_limits<float>::infinity();
