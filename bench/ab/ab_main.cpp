@@ -2,8 +2,8 @@
 // process (see compare.sh).
 //
 //   resnorm_ab OP TYPE ROWS DIM [SAMPLES]
-//     OP: ln_fwd, ln_bwd, rms_fwd, rms_bwd, add_ln_fwd, gelu_fwd, gelu_bwd (erf); TYPE: float or
-//     bf16; SAMPLES: per side
+//     OP: ln_fwd, ln_bwd, rms_fwd, rms_bwd, add_ln_fwd, gelu_fwd, gelu_bwd (erf), gelu_tanh_fwd;
+//     TYPE: float or bf16; SAMPLES: per side
 //
 // Both sides run on the same buffers (x, f or dy, y or dx, s: 2 MiB-aligned, on transparent huge
 // pages where granted, at page offsets 0, 1, 2 and 3 KiB). Each sample times enough calls for
@@ -77,15 +77,15 @@ double quantile(std::vector<double> v, double q) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> ops = {"ln_fwd",     "ln_bwd",   "rms_fwd", "rms_bwd",
-                                        "add_ln_fwd", "gelu_fwd", "gelu_bwd"};
+  const std::vector<std::string> ops = {"ln_fwd",     "ln_bwd",   "rms_fwd",  "rms_bwd",
+                                        "add_ln_fwd", "gelu_fwd", "gelu_bwd", "gelu_tanh_fwd"};
   const auto op_it = argc >= 5 ? std::find(ops.begin(), ops.end(), argv[1]) : ops.end();
   const std::string type = argc >= 5 ? argv[2] : "";
   if (op_it == ops.end() || (type != "float" && type != "bf16")) {
     std::fprintf(
         stderr,
-        "usage: %s {ln_fwd|ln_bwd|rms_fwd|rms_bwd|add_ln_fwd|gelu_fwd|gelu_bwd} {float|bf16} ROWS "
-        "DIM [SAMPLES]\n",
+        "usage: %s {ln_fwd|ln_bwd|rms_fwd|rms_bwd|add_ln_fwd|gelu_fwd|gelu_bwd|gelu_tanh_fwd} "
+        "{float|bf16} ROWS DIM [SAMPLES]\n",
         argv[0]);
     return 2;
   }

@@ -63,6 +63,9 @@ void run(int op, const buffers& b) {
     case 6:
       resnorm::gelu_vjp_into<T>(x, f, resnorm::gelu_approximation::erf, y);
       break;
+    case 7:
+      resnorm::gelu_forward_into<T>(x, resnorm::gelu_approximation::tanh, y);
+      break;
     default:
       resnorm::add_norm_forward_into<T>(resnorm::add_norm_kind::layer_norm, x, f, gamma, beta, eps,
                                         out_map<T>(static_cast<T*>(b.s), b.rows, b.dim), y, mean,
@@ -73,7 +76,8 @@ void run(int op, const buffers& b) {
 }  // namespace
 
 // op: 0 LayerNorm forward, 1 its backward, 2 RMSNorm forward, 3 its backward, 4 add + LayerNorm
-// forward, 5 GELU (erf) forward, 6 its vjp; bf16: the storage type is Eigen::bfloat16 (else float).
+// forward, 5 GELU (erf) forward, 6 its vjp, 7 GELU (tanh) forward; bf16: the storage type is
+// Eigen::bfloat16 (else float).
 // The backwards read the statistics the forward (op 0 or 2) left in mean and rstd.
 void RESNORM_AB_JOIN(run_case, RESNORM_AB_SIDE)(int op, bool bf16, const void* x, const void* f,
                                                 void* y, void* s, const float* gamma,

@@ -10,12 +10,14 @@
 //          polynomial: |r| ≤ ln2/2 bounds its relative error by 0.347⁸/8! ≈ 5e-9;
 //   erfc:  Abramowitz & Stegun 7.1.26, erfc(z) ≈ t·(a1 + t(a2 + t(a3 + t(a4 + t a5))))·e^(−z²),
 //          t = 1/(1 + p z), z ≥ 0, with absolute error ≤ 1.5e-7 (the erf derivative);
-//   Φ:     Φ(x) ≈ 1/2 + x·P(x²)/Q(x²) on [−5.5, 5.5], P and Q of degree 5, fitted for this
-//          library (absolute error 2e-8 before rounding): the erf forward, with no e^x.
+//   Φ, σ(2u): for the forwards, F(x) ≈ 1/2 + x·P(x²)/Q(x²) on [−5.5, 5.5], P and Q of degree 5,
+//          fitted for this library (absolute error 2e-8 before rounding), with no e^x.
 // Stated accuracy of the float kernels against a double reference, every float x in [−10, 10]
 // (tests/gelu_kernel_test.cpp sweeps them): |error| ≤ 1e-6 · max(1, |x|) for both forms and the
-// erf derivative. That is an absolute bound: for x ≪ 0, where GELU(x) is tiny, the erf form's
-// relative error is large (use C = double, as the gelu class does, for relative accuracy).
+// erf derivative. That is an absolute bound: for x ≪ 0, where GELU(x) is tiny, the relative
+// error of the float forwards grows as |GELU(x)| falls towards their absolute error of about
+// 1e-7·|x|, past 100 % below x ≈ −5 (the sign stays right): use C = double, as the gelu class
+// does, for relative accuracy.
 // With C = double the kernels call std::erfc / std::exp per element and round once.
 // bf16 (either C) looks each element up in a table of the C = double values (bf16_table.hpp):
 // the same bits as the double element loop, at the cost of a load per element.
@@ -128,48 +130,59 @@ inline constexpr double inv_sqrt_2pi = std::numbers::inv_sqrtpi / std::numbers::
 inline constexpr double tanh_k0 = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // √(2/π)
 inline constexpr double tanh_k1 = 0.044715;
 
-// Φ(x) as 1/2 + x·P(x²)/Q(x²), for x in [−5.5, 5.5] (outside it the caller takes the limits).
-// P and Q (degree 5 in x²) were fitted to Φ(x) − 1/2 on that interval by iteratively reweighted
-// least squares (Lawson's method) for the smallest largest error: 2.0e-8 in double; P(0) is
-// 1/√(2π), Φ's slope at 0. In float the roundings of the coefficients and of the 13 operations
-// add up to about 2e-7 (gelu_erf_value). Every coefficient is positive: Q ≥ 1 and no term
-// cancels. No e^x: Φ from erfc (normal_cdf_float) takes about 35 operations. NaN in, NaN out.
-RESNORM_SIMD_INLINE float normal_cdf_rational_float(float x) {
-  using simd::fma;
-  const float s = x * x;
-  float p = 2.361769802e-08f;
-  p = fma(p, s, 6.262556326e-06f);
-  p = fma(p, s, 1.565116836e-04f);
-  p = fma(p, s, 4.600832704e-03f);
-  p = fma(p, s, 3.264854476e-02f);
-  p = fma(p, s, 3.989422619e-01f);
-  float q = 1.216531587e-06f;
-  q = fma(q, s, 6.970089453e-05f);
-  q = fma(q, s, 1.813928830e-03f);
-  q = fma(q, s, 2.795030922e-02f);
-  q = fma(q, s, 2.485042959e-01f);
-  q = fma(q, s, 1.f);
-  return fma(x, p / q, 0.5f);
-}
+// The factor F of x in a float GELU forward, y = x·F(x) (F = Φ for the erf form, σ(2u) for the
+// tanh form), as F(x) ≈ 1/2 + x·P(x²)/Q(x²) with P and Q of degree 5 in x², on [low, high].
+// Each F − 1/2 was fitted on [−5.5, 5.5] by iteratively reweighted least squares (Lawson's
+// method) for the smallest largest error, 2.0e-8 (Φ) and 2.3e-8 (σ(2u)) in double; P(0) is F's
+// slope at 0 (1/√(2π) for both). Every coefficient is positive: Q ≥ 1 and no term cancels. In
+// float the 13 operations and the rounded coefficients add up to about 2e-7 (gelu_from_fit).
+// Without e^x they take half the operations of x·Φ from erfc (normal_cdf_float) and two thirds
+// of x / (1 + e^(−2u)).
+struct gelu_factor_fit {
+  float p[6];  // P's coefficients, x⁰ first
+  float q[5];  // Q's, x² first (Q's constant is 1)
+  float low;   // below: y = −0 (|GELU(x)| < 1.1e-7 there; x = −inf gives −0, not −inf·F)
+  float high;  // above: y = x (F within 1e-7 of 1; a little further the rounded F can be
+               // 1 + 2^-23, which would put y above x)
+  RESNORM_SIMD_INLINE float operator()(float x) const {
+    using simd::fma;
+    const float s = x * x;
+    float num = fma(fma(fma(fma(fma(p[5], s, p[4]), s, p[3]), s, p[2]), s, p[1]), s, p[0]);
+    float den = fma(fma(fma(fma(fma(q[4], s, q[3]), s, q[2]), s, q[1]), s, q[0]), s, 1.f);
+    return fma(x, num / den, 0.5f);
+  }
+};
 
-// Where the float erf forward takes GELU's limits instead of x·Φ(x): −0 below cdf_low_x
-// (|GELU(x)| < 1.1e-7 there, and x = −inf gives −0, not −inf·Φ), x above cdf_high_x (Φ(x) is
-// within 1e-7 of 1; from 5.28 up, 5.31 where the multiply-adds are fused, the rounded Φ can be
-// 1 + 2^-23, which would put GELU(x) above x).
-inline constexpr float cdf_low_x = -5.5f, cdf_high_x = 5.2f;
+// Φ(x). From 5.28 up (5.31 where the multiply-adds are fused) the rounded Φ can exceed 1.
+inline constexpr gelu_factor_fit normal_cdf_fit{
+    {3.989422619e-01f, 3.264854476e-02f, 4.600832704e-03f, 1.565116836e-04f, 6.262556326e-06f,
+     2.361769802e-08f},
+    {2.485042959e-01f, 2.795030922e-02f, 1.813928830e-03f, 6.970089453e-05f, 1.216531587e-06f},
+    -5.5f,
+    5.2f};
+
+// σ(2u), u = √(2/π)(x + 0.044715 x³). From 4.93 up the rounded σ can exceed 1.
+inline constexpr gelu_factor_fit tanh_sigma_fit{
+    {3.989422917e-01f, 3.045388870e-02f, 3.642723663e-03f, 1.343812328e-04f, 7.098944934e-06f,
+     2.438876656e-08f},
+    {2.438287735e-01f, 2.439731918e-02f, 1.305373735e-03f, 7.620196993e-05f, 1.328338840e-06f},
+    -5.5f,
+    4.9f};
+
+// y = x·F(x), with the sign of x: near low the rounded F may fall a few 1e-8 below 0, which
+// would make y positive; copysign is one bitwise instruction, where clamping F to [0, 1] (compares
+// and blends) made the erf forward 1.4x slower in the cache. With F ≤ 1 below high, y always lies
+// between 0 and x. Over every float in [−10, 10] the error is at most 2.2e-7·max(1, |x|) for
+// either form (2.6e-7 where the multiply-adds are not fused). Outside [low, high] the selects drop
+// F (NaN at x = ±inf: inf/inf). A NaN x fails both comparisons and stays NaN.
+RESNORM_SIMD_INLINE float gelu_from_fit(float x, const gelu_factor_fit& f) {
+  return select(x < f.low, -0.f, select(x > f.high, x, std::copysign(x * f(x), x)));
+}
 
 template <class C>
 RESNORM_SIMD_INLINE C gelu_erf_value(C x) {
   if constexpr (std::is_same_v<C, float>) {
-    // x·Φ(x) with the sign of x: near −5.5 the rounded Φ may fall a few 1e-8 below 0, which
-    // would make GELU(x) positive; copysign is one bitwise instruction where a clamp of Φ (two
-    // compares and blends) cost 25 % of the forward in the cache. With Φ ≤ 1 below cdf_high_x,
-    // GELU(x) always lies between 0 and x. Over every float in [−10, 10] the error is at most
-    // 2.2e-7·max(1, |x|) (2.4e-7 where the multiply-adds are not fused). Outside [−5.5, 5.2] the
-    // selects drop the rational function's value (NaN at x = ±inf: inf/inf). A NaN x fails both
-    // comparisons and stays NaN.
-    return select(x < cdf_low_x, -0.f,
-                  select(x > cdf_high_x, x, std::copysign(x * normal_cdf_rational_float(x), x)));
+    return gelu_from_fit(x, normal_cdf_fit);
   } else {
     // erfc(−x/√2) keeps relative accuracy for x < 0, where 1 + erf cancels. Where it underflows
     // to 0, GELU(x) is −0 for every x ≤ −38.5, −inf included (where x · 0 would be NaN).
@@ -209,18 +222,7 @@ RESNORM_SIMD_INLINE C gelu_tanh_sigma(C x) {
 template <class C>
 RESNORM_SIMD_INLINE C gelu_tanh_value(C x) {
   if constexpr (std::is_same_v<C, float>) {
-    // x · σ(2u) = x / (1 + e^(−2u)), with the fewest operations: the float forward is bound by
-    // them once its data is in the cache. −2u = x·(c0 + c1·x²), one product and one FMA after
-    // x², where u as written takes six operations. e^(−2u) is clamped below only: −2u exceeds
-    // 88.3 only for x < −10.1, replaced below. Below −10, |GELU(x)| < 1.2e-37: −0 (x / y would
-    // be −inf at x = −inf). A NaN x stays NaN (x / y). Against x · σ(2u) as the slope takes it:
-    // 1024 x 1024 in 331 µs against 436 (AVX-512 Xeon), and fewer roundings: the worst error over
-    // every 7th float in [−10, 10] 1.21e-7 · max(1, |x|) against 1.45e-7.
-    constexpr float c0 = static_cast<float>(-2 * tanh_k0);
-    constexpr float c1 = static_cast<float>(-2 * tanh_k0 * tanh_k1);
-    const float minus_2u = x * simd::fma(x * x, c1, c0);
-    const float e = exp_float_in_range(select(minus_2u < -87.3f, -87.3f, minus_2u));
-    return select(x < -10.f, -0.f, x / (1.f + e));
+    return gelu_from_fit(x, tanh_sigma_fit);
   } else {
     const C s = gelu_tanh_sigma(x);
     // σ(2u) underflows to 0 for x ≪ 0: GELU(x) is then −0, also at x = −inf (not −inf · 0).
