@@ -180,8 +180,9 @@ TEST_CASE("bf16: every kernel matches float within bf16 precision", "[bf16]") {
 
 // bf16 GELU is looked up in tables of GELU's double values (kernels/bf16_table.hpp). Over
 // every one of the 65536 bf16 inputs (NaNs, infinities and subnormals included), and in rows
-// that end inside, on and past the vjp's lookup chunks: its bits are those of the C = double
-// element loop that float storage runs (gelu_row), rounded from float to bf16.
+// that end inside, on and past the vjp's lookup chunks and the 16-lane gathers: the forward's
+// and the vjp's bits are those of the C = double element loop that float storage runs
+// (gelu_row), rounded from float to bf16.
 TEST_CASE("bf16: GELU is the double kernel rounded, bit for bit, for every input", "[bf16][gelu]") {
   namespace k = resnorm::kernels;
   constexpr Eigen::Index chunk = k::gelu_lookup_chunk;
@@ -223,9 +224,12 @@ TEST_CASE("bf16: GELU is the double kernel rounded, bit for bit, for every input
     // Spread over the whole curve, both tails included.
     const matrix<bf16> xb = to_bf16(random_matrix<float>(3, dim, 7 + dim, 4.0));
     const matrix<bf16> dyb = to_bf16(random_matrix<float>(3, dim, 8 + dim));
-    matrix<float> dx(3, dim);
-    matrix<bf16> dxb(3, dim);
+    matrix<float> y(3, dim), dx(3, dim);
+    matrix<bf16> yb(3, dim), dxb(3, dim);
     for (const auto form : {resnorm::gelu_approximation::erf, resnorm::gelu_approximation::tanh}) {
+      resnorm::gelu_forward_into<float, double>(to_float(xb), form, y);
+      resnorm::gelu_forward_into<bf16>(xb, form, yb);
+      CHECK(same_bits(yb, y) == 0);
       resnorm::gelu_vjp_into<float, double>(to_float(xb), to_float(dyb), form, dx);
       resnorm::gelu_vjp_into<bf16>(xb, dyb, form, dxb);
       CHECK(same_bits(dxb, dx) == 0);
