@@ -5,13 +5,18 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "resnorm/add_norm.hpp"
+#include "resnorm/gelu.hpp"
 #include "resnorm/kernels/gelu_kernel.hpp"
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 #include "resnorm/kernels/rms_norm_kernel.hpp"
 #include "resnorm/kernels/simd.hpp"
+#include "resnorm/layer_norm.hpp"
+#include "resnorm/rms_norm.hpp"
+#include "resnorm/transformer_stack.hpp"
 #include "support/catch.hpp"
 #include "support/test_util.hpp"
 
@@ -262,4 +267,110 @@ TEST_CASE("bf16: GELU forward is correctly rounded from its exact value", "[bf16
   }
   CHECK(checked == 65536 - 2 * 127 - 2);  // all but the 254 NaNs and the two infinities
   CHECK(worst <= 1.0);
+}
+
+// The layer classes with bf16 storage (parameters, inputs and outputs all bf16) compute in double
+// and round each output once, through float (Eigen's conversion): within half a bf16 ulp of the
+// double class's value on the same inputs, plus the float rounding on the way (2^-24 relative)
+// and a floor for outputs that cancel to near 0, where the two classes' double sums differ in
+// their last bits (2^-40 of the largest output).
+TEST_CASE("bf16: the layer_norm, rms_norm and gelu classes round each output once", "[bf16]") {
+  using dmatrix = matrix<double>;
+  const auto check_rounded = [](const auto& got_bf16, const auto& ref) {
+    REQUIRE(got_bf16.rows() == ref.rows());
+    REQUIRE(got_bf16.cols() == ref.cols());
+    const double floor = 0x1p-40 * std::max(1.0, ref.cwiseAbs().maxCoeff());
+    double worst = 0;
+    for (Eigen::Index i = 0; i < ref.size(); ++i) {
+      const double exact = ref.data()[i];
+      const double got = static_cast<double>(static_cast<float>(got_bf16.data()[i]));
+      const int e = exact == 0 ? -200 : std::ilogb(exact);
+      const double half_ulp = std::ldexp(1.0, std::max(e, -126) - 8);
+      const double bound = half_ulp + std::abs(exact) * 0x1p-24 + floor;
+      worst = std::max(worst, std::abs(got - exact) / bound);
+    }
+    CHECK(worst <= 1.0);
+  };
+  const auto widen = [](const auto& m) { return m.template cast<float>().template cast<double>(); };
+  for (Eigen::Index dim : {1, 7, 64}) {
+    CAPTURE(dim);
+    const matrix<bf16> x = to_bf16(random_matrix<float>(4, dim, 20 + dim, 2.0, 3.0));
+    const matrix<bf16> dy = to_bf16(random_matrix<float>(4, dim, 21 + dim));
+    const matrix<bf16> v = to_bf16(random_matrix<float>(4, dim, 22 + dim));
+    const vector<bf16> gamma = random_vector<float>(dim, 23, 0.3, 1.0).cast<bf16>();
+    const vector<bf16> beta = random_vector<float>(dim, 24).cast<bf16>();
+    const dmatrix xd = widen(x), dyd = widen(dy), vd = widen(v);
+
+    const resnorm::layer_norm<bf16> ln(gamma, beta, bf16(1e-5f));
+    const resnorm::layer_norm<double> ln_d(widen(gamma), widen(beta), double(bf16(1e-5f)));
+    check_rounded(ln.forward(x), ln_d.forward(xd));
+    const auto grad = ln.vjp(x, dy);
+    const auto grad_d = ln_d.vjp(xd, dyd);
+    check_rounded(grad.dx, grad_d.dx);
+    check_rounded(grad.dgamma, grad_d.dgamma);
+    check_rounded(grad.dbeta, grad_d.dbeta);
+    check_rounded(ln.jvp(x, v), ln_d.jvp(xd, vd));
+    check_rounded(ln.jacobian(x), ln_d.jacobian(xd));
+
+    const resnorm::rms_norm<bf16> rms(gamma, bf16(1e-6f));
+    const resnorm::rms_norm<double> rms_d(widen(gamma), double(bf16(1e-6f)));
+    check_rounded(rms.forward(x), rms_d.forward(xd));
+    const auto rms_grad = rms.vjp(x, dy);
+    const auto rms_grad_d = rms_d.vjp(xd, dyd);
+    check_rounded(rms_grad.dx, rms_grad_d.dx);
+    check_rounded(rms_grad.dgamma, rms_grad_d.dgamma);
+    check_rounded(rms.jvp(x, v), rms_d.jvp(xd, vd));
+
+    for (const auto form : {resnorm::gelu_approximation::erf, resnorm::gelu_approximation::tanh}) {
+      const resnorm::gelu<bf16> g(form);
+      const resnorm::gelu<double> g_d(form);
+      check_rounded(g.forward(x), g_d.forward(xd));
+      check_rounded(g.derivative(x), g_d.derivative(xd));
+      check_rounded(g.vjp(x, dy).dx, g_d.vjp(xd, dyd).dx);
+      check_rounded(g.jvp(x, v), g_d.jvp(xd, vd));
+    }
+  }
+}
+
+// Every class takes bf16, the composites too: a two-layer stack of each placement, built from the
+// same seed (weights drawn in double, rounded once to bf16), against the double stack. Each of the
+// stack's roughly thirty roundings errs by at most 2^-9 relative; their sum, with the weights'
+// own rounding carried through two normalised layers, stays within 2^-4 of the output's scale,
+// while a wrong formula (or a value read as the wrong type) is off by order 1.
+TEST_CASE("bf16: transformer stacks run in bf16 and follow the double stack", "[bf16]") {
+  using dmatrix = matrix<double>;
+  resnorm::transformer_config config;
+  config.dim = 8;
+  config.heads = 2;
+  config.hidden = 16;
+  config.layers = 2;
+  const auto close_in_scale = [](const auto& got_bf16, const dmatrix& ref) {
+    REQUIRE(got_bf16.rows() == ref.rows());
+    REQUIRE(got_bf16.cols() == ref.cols());
+    const dmatrix got = got_bf16.template cast<float>().template cast<double>();
+    REQUIRE(got.allFinite());
+    const double scale = std::max(1e-3, ref.cwiseAbs().maxCoeff());
+    CHECK((got - ref).cwiseAbs().maxCoeff() <= 0x1p-4 * scale);
+  };
+  const matrix<bf16> x = to_bf16(random_matrix<float>(5, config.dim, 31, 1.0));
+  const matrix<bf16> dy = to_bf16(random_matrix<float>(5, config.dim, 32, 1.0));
+  const matrix<bf16> v = to_bf16(random_matrix<float>(5, config.dim, 33, 1.0));
+  const dmatrix xd = x.cast<float>().cast<double>(), dyd = dy.cast<float>().cast<double>(),
+                vd = v.cast<float>().cast<double>();
+  for (const char* name : {"pre_ln", "post_ln", "deep_norm"}) {
+    CAPTURE(name);
+    const auto build = [&](auto tag) {
+      using stack = resnorm::transformer_stack<decltype(tag)>;
+      const std::string n = name;
+      if (n == "pre_ln") return stack::pre_ln(config, 7);
+      if (n == "post_ln") return stack::post_ln(config, 7);
+      return stack::deep_norm(config, 7);
+    };
+    const auto low = build(bf16());
+    const auto ref = build(double());
+    close_in_scale(low.forward(x), ref.forward(xd));
+    close_in_scale(low.vjp(x, dy).dx, ref.vjp(xd, dyd).dx);
+    close_in_scale(low.jvp(x, v), ref.jvp(xd, vd));
+    close_in_scale(low.jacobian(x), ref.jacobian(xd));
+  }
 }

@@ -208,7 +208,7 @@ class causal_self_attention {
   // c = 1/sqrt(d_k): keeps the scores' variance O(1) when Q and K entries are.
   Scalar score_scale() const {
     const index dk = head_dim();
-    return dk > 0 ? Scalar(1) / std::sqrt(static_cast<Scalar>(dk)) : Scalar(0);
+    return dk > 0 ? Scalar(1) / static_cast<Scalar>(std::sqrt(static_cast<Scalar>(dk))) : Scalar(0);
   }
 
   void check_parameters(const char* function) const {

@@ -38,13 +38,20 @@ using vector_cref = Eigen::Ref<const vector<Scalar>>;
 template <class Scalar>
 using accumulator_t = std::conditional_t<(sizeof(Scalar) < sizeof(double)), double, Scalar>;
 
-// Σ over the rows of m: a column vector of length m.cols(). With no rows it is zeros, without
-// forming Eigen's column blocks of an empty matrix (a null data pointer plus the column's
-// offset: undefined behaviour, which clang's UBSan reports).
+// Σ over the rows of m: a column vector of length m.cols(), summed in accumulator_t and rounded
+// once (a bf16 running sum would keep 8 bits of a long column; Eigen's bf16 packet sum does not
+// even compile under AVX-512). With no rows it is zeros, without forming Eigen's column blocks of
+// an empty matrix (a null data pointer plus the column's offset: undefined behaviour, which
+// clang's UBSan reports).
 template <class Derived>
 vector<typename Derived::Scalar> column_sums(const Eigen::MatrixBase<Derived>& m) {
-  if (m.rows() == 0) return vector<typename Derived::Scalar>::Zero(m.cols());
-  return m.colwise().sum().transpose();
+  using Scalar = typename Derived::Scalar;
+  if (m.rows() == 0) return vector<Scalar>::Zero(m.cols());
+  return m.template cast<accumulator_t<Scalar>>()
+      .colwise()
+      .sum()
+      .transpose()
+      .template cast<Scalar>();
 }
 
 }  // namespace resnorm
