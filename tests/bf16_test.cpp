@@ -36,6 +36,11 @@ constexpr double bf16_absolute = 1e-6;
 
 matrix<bf16> to_bf16(const matrix<float>& m) { return m.cast<bf16>(); }
 matrix<float> to_float(const matrix<bf16>& m) { return m.cast<float>(); }
+// bf16 values (a matrix or a vector) as doubles, exactly: the inputs of a double reference.
+template <class Derived>
+auto to_double(const Eigen::MatrixBase<Derived>& m) {
+  return m.template cast<float>().template cast<double>().eval();
+}
 
 // Every entry of a within bf16's rounding of b.
 void check_close(const matrix<bf16>& a, const matrix<float>& b) {
@@ -291,7 +296,6 @@ TEST_CASE("bf16: the layer_norm, rms_norm and gelu classes round each output onc
     }
     CHECK(worst <= 1.0);
   };
-  const auto widen = [](const auto& m) { return m.template cast<float>().template cast<double>(); };
   for (Eigen::Index dim : {1, 7, 64}) {
     CAPTURE(dim);
     const matrix<bf16> x = to_bf16(random_matrix<float>(4, dim, 20 + dim, 2.0, 3.0));
@@ -299,10 +303,10 @@ TEST_CASE("bf16: the layer_norm, rms_norm and gelu classes round each output onc
     const matrix<bf16> v = to_bf16(random_matrix<float>(4, dim, 22 + dim));
     const vector<bf16> gamma = random_vector<float>(dim, 23, 0.3, 1.0).cast<bf16>();
     const vector<bf16> beta = random_vector<float>(dim, 24).cast<bf16>();
-    const dmatrix xd = widen(x), dyd = widen(dy), vd = widen(v);
+    const dmatrix xd = to_double(x), dyd = to_double(dy), vd = to_double(v);
 
     const resnorm::layer_norm<bf16> ln(gamma, beta, bf16(1e-5f));
-    const resnorm::layer_norm<double> ln_d(widen(gamma), widen(beta), double(bf16(1e-5f)));
+    const resnorm::layer_norm<double> ln_d(to_double(gamma), to_double(beta), double(bf16(1e-5f)));
     check_rounded(ln.forward(x), ln_d.forward(xd));
     const auto grad = ln.vjp(x, dy);
     const auto grad_d = ln_d.vjp(xd, dyd);
@@ -313,7 +317,7 @@ TEST_CASE("bf16: the layer_norm, rms_norm and gelu classes round each output onc
     check_rounded(ln.jacobian(x), ln_d.jacobian(xd));
 
     const resnorm::rms_norm<bf16> rms(gamma, bf16(1e-6f));
-    const resnorm::rms_norm<double> rms_d(widen(gamma), double(bf16(1e-6f)));
+    const resnorm::rms_norm<double> rms_d(to_double(gamma), double(bf16(1e-6f)));
     check_rounded(rms.forward(x), rms_d.forward(xd));
     const auto rms_grad = rms.vjp(x, dy);
     const auto rms_grad_d = rms_d.vjp(xd, dyd);
@@ -347,7 +351,7 @@ TEST_CASE("bf16: transformer stacks run in bf16 and follow the double stack", "[
   const auto close_in_scale = [](const auto& got_bf16, const dmatrix& ref) {
     REQUIRE(got_bf16.rows() == ref.rows());
     REQUIRE(got_bf16.cols() == ref.cols());
-    const dmatrix got = got_bf16.template cast<float>().template cast<double>();
+    const dmatrix got = to_double(got_bf16);
     REQUIRE(got.allFinite());
     const double scale = std::max(1e-3, ref.cwiseAbs().maxCoeff());
     CHECK((got - ref).cwiseAbs().maxCoeff() <= 0x1p-4 * scale);
@@ -355,8 +359,7 @@ TEST_CASE("bf16: transformer stacks run in bf16 and follow the double stack", "[
   const matrix<bf16> x = to_bf16(random_matrix<float>(5, config.dim, 31, 1.0));
   const matrix<bf16> dy = to_bf16(random_matrix<float>(5, config.dim, 32, 1.0));
   const matrix<bf16> v = to_bf16(random_matrix<float>(5, config.dim, 33, 1.0));
-  const dmatrix xd = x.cast<float>().cast<double>(), dyd = dy.cast<float>().cast<double>(),
-                vd = v.cast<float>().cast<double>();
+  const dmatrix xd = to_double(x), dyd = to_double(dy), vd = to_double(v);
   for (const char* name : {"pre_ln", "post_ln", "deep_norm"}) {
     CAPTURE(name);
     const auto build = [&](auto tag) {

@@ -112,7 +112,8 @@ template <class Scalar>
 class gelu {
  public:
   using scalar_type = Scalar;
-  // float and double run the row kernels; other scalars the scalar forms above.
+  // float, double and bf16 run the row kernels (GELU has no parameters to hold in another
+  // type); other scalars (long double) the scalar forms above.
   static constexpr bool uses_kernel = kernels::has_kernel<Scalar>;
 
   gelu_approximation approximation = gelu_approximation::erf;

@@ -31,7 +31,6 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
 #include <utility>
 
 #include "resnorm/detail/check.hpp"
@@ -69,10 +68,8 @@ class layer_norm {
  public:
   using scalar_type = Scalar;
   using accumulator_type = accumulator_t<Scalar>;
-  // float and double run the row kernels; other scalars (bf16, long double) the plain loops,
-  // whose parameters are Scalar where the bf16 kernels take float ones.
-  static constexpr bool uses_kernel =
-      std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>;
+  // float and double run the row kernels; other scalars (bf16, long double) the plain loops.
+  static constexpr bool uses_kernel = kernels::has_kernel_with_own_params<Scalar>;
 
   vector<Scalar> gamma;       // d, or empty: no scale
   vector<Scalar> beta;        // d, or empty: no shift

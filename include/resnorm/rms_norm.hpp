@@ -20,7 +20,6 @@
 
 #include <cmath>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "resnorm/detail/check.hpp"
@@ -47,8 +46,8 @@ class rms_norm {
  public:
   using scalar_type = Scalar;
   using accumulator_type = accumulator_t<Scalar>;
-  static constexpr bool uses_kernel =
-      std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>;
+  // float and double run the row kernels; other scalars (bf16, long double) the plain loops.
+  static constexpr bool uses_kernel = kernels::has_kernel_with_own_params<Scalar>;
 
   vector<Scalar> gamma;       // d, or empty: no scale
   Scalar eps = Scalar(1e-6);  // as T5 and LLaMA

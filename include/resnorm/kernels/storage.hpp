@@ -71,6 +71,12 @@ template <class T>
 inline constexpr bool has_kernel =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>;
 
+// The storage types whose kernels take parameters (γ, β) of the storage type itself: the ones
+// the layer_norm and rms_norm classes, which hold Scalar parameters, run the kernels for. bf16
+// kernels take float parameters (param_t), so those classes run their plain loops in bf16.
+template <class T>
+inline constexpr bool has_kernel_with_own_params = has_kernel<T>&& std::is_same_v<param_t<T>, T>;
+
 // ---- element conversion --------------------------------------------------------------------
 
 inline float load(float v) { return v; }
