@@ -183,10 +183,11 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
                                                         T* local, const RowAt& row,
                                                         const StatsOut& stats_out) {
   if (begin >= end) return;
-  // Packs of half a line (bf16 on AVX-512) are written around the cache a line at a time, as
-  // add_row_sum found half-line non-temporal stores among the loop's loads slow. bf16 4096 x 4096
-  // ran 7.0-9.3 ms (median 8.1) against 8.8-11.3 (9.5) row by row, 4 alternating runs each on the
-  // AVX-512 Xeon, with the chains of row_sums unrolled (simd.hpp).
+  // Packs of half a line (bf16 on AVX-512, float on AVX2) are written around the cache a line at
+  // a time (write_line_around_cache), as add_row_sum found half-line non-temporal stores among
+  // the loop's loads slow. bf16 4096 x 4096 ran 7.0-9.3 ms (median 8.1) against 8.8-11.3 (9.5)
+  // row by row, 4 alternating runs each on the AVX-512 Xeon, with the chains of row_sums
+  // unrolled (simd.hpp).
   constexpr bool half_line_packs = simd::stored_pack_bytes<C, T> * 2 == cache_line_bytes;
   // The rounded first half of the line of s being formed.
   simd::vec<simd::raw_t<T>, simd::width<C>> first_half_s{};
@@ -223,12 +224,11 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
       if constexpr (pack && half_line_packs) {
         if (ends_line) {
           const index first = j - simd::width<C>;
-          simd::write_around_cache(
-              cur.y + first,
-              simd::narrow_pair<T>(layer_norm_apply_value<HasGamma, HasBeta>(
-                                       work, first, tag, hi, rstd, lo_rstd, gamma, beta),
-                                   layer_norm_apply_value<HasGamma, HasBeta>(
-                                       work, j, tag, hi, rstd, lo_rstd, gamma, beta)));
+          simd::write_line_around_cache(cur.y + first,
+                                        simd::narrow<T>(layer_norm_apply_value<HasGamma, HasBeta>(
+                                            work, first, tag, hi, rstd, lo_rstd, gamma, beta)),
+                                        simd::narrow<T>(layer_norm_apply_value<HasGamma, HasBeta>(
+                                            work, j, tag, hi, rstd, lo_rstd, gamma, beta)));
         }
       } else if constexpr (pack) {
         layer_norm_apply_at<HasGamma, HasBeta>(work, j, simd::streaming_tag{}, hi, rstd, lo_rstd,
@@ -242,7 +242,7 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
         const auto bits = simd::narrow<T>(v);
         simd::store_bits(fresh + j, bits);
         if (ends_line) {
-          simd::write_around_cache(next.s + j - simd::width<C>, simd::join(first_half_s, bits));
+          simd::write_line_around_cache(next.s + j - simd::width<C>, first_half_s, bits);
         } else {
           first_half_s = bits;
         }

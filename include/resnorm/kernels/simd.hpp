@@ -306,6 +306,21 @@ RESNORM_SIMD_INLINE void write_around_cache(void* p, const Bits& bits) {
   std::memcpy(p, &bits, bytes);
 }
 
+// Two halves of a 64-byte line of storage bits, a then b, written around the cache from p (aligned
+// to the line): one store with AVX-512; two with AVX2, whose registers hold half a line (joined,
+// the line would be a vector no register holds, passed through memory and stored by memcpy, an
+// ordinary store).
+template <class Bits>
+RESNORM_SIMD_INLINE void write_line_around_cache(void* p, const Bits& a, const Bits& b) {
+  static_assert(sizeof(Bits) == 32, "two halves of a 64-byte line");
+#if defined(__AVX512F__)
+  write_around_cache(p, join(a, b));
+#else
+  write_around_cache(p, a);
+  write_around_cache(static_cast<char*>(p) + sizeof(Bits), b);
+#endif
+}
+
 template <class T, class C>
 RESNORM_SIMD_INLINE void store(T* p, C v) requires std::is_floating_point_v<C> {
   *p = kernels::store<T>(v);
