@@ -5,9 +5,11 @@
 #include "resnorm/kernels/layer_norm_kernel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <type_traits>
 #include <vector>
 
@@ -176,6 +178,83 @@ TEST_CASE("layer_norm kernel: the float backward keeps rows whose mean rounds in
     CHECK(max_abs_diff(dx, ref.dx) / max_abs(ref.dx) <= tolerance<float>());
     CHECK(max_abs_diff(dgamma, ref.dgamma) / max_abs(ref.dgamma) <= tolerance<float>());
   }
+}
+
+// float_backward_group_in_range (four rows in one test, vectorised with AVX-512) gives the
+// answer of float_backward_in_range on each of its rows, on groups drawn from values at and
+// around every bound of the range (one ulp either side), zeros of both signs, NaN and the
+// infinities: the same answer for every group, including those with one odd row among three
+// ordinary ones, at each of the four places.
+TEST_CASE("layer_norm kernel: the float backward checks a group's range as row by row",
+          "[layer_norm][kernel][vjp]") {
+  namespace k = resnorm::kernels;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  auto around = [](std::vector<double> values) {
+    std::vector<double> out;
+    for (double v : values) {
+      for (double s : {v, -v}) {
+        out.insert(out.end(), {s, std::nextafter(s, -inf), std::nextafter(s, inf)});
+      }
+    }
+    out.insert(out.end(), {nan, inf, -inf});
+    return out;
+  };
+  // Bounds: |mean| ≤ 2^127 and mean ≥ 2^-102 or held exactly (2^-110 is a float; 2^-110 +
+  // 2^-170 leaves a rest below float's subnormals); 2^-100 ≤ rstd ≤ 2^100; sums 0 or in
+  // [2^-100, 2^100].
+  const std::vector<double> means =
+      around({0.0, 1.0, 0x1p127, 0x1p-102, 0x1p-110, 0x1p-110 + 0x1p-170, 1e300});
+  const std::vector<double> rstds = around({0.0, 1.0, 0x1p100, 0x1p-100, 1e-300});
+  const std::vector<double> sums = around({0.0, 1.0, 0x1p100, 0x1p-100, 1e-40, 3.5});
+  struct row {
+    k::row_stats s;
+    double sum_g, sum_gx;
+  };
+  auto check = [&](const std::array<row, 4>& rows) {
+    std::array<k::row_stats, 4> s;
+    std::array<double, 4> sum_g, sum_gx;
+    bool expected = true;
+    for (int r = 0; r < 4; ++r) {
+      s[r] = rows[r].s;
+      sum_g[r] = rows[r].sum_g;
+      sum_gx[r] = rows[r].sum_gx;
+      expected = expected && k::float_backward_in_range(s[r], sum_g[r], sum_gx[r]);
+    }
+    return k::float_backward_group_in_range(s, sum_g, sum_gx) == expected;
+  };
+  const row ordinary{{0.5, 2.0}, -1.25, 0.75};
+  REQUIRE(k::float_backward_in_range(ordinary.s, ordinary.sum_g, ordinary.sum_gx));
+  int mismatches = 0, out_of_range = 0, odd_rows = 0;
+  auto with_odd_row = [&](const row& odd) {
+    ++odd_rows;
+    out_of_range += !k::float_backward_in_range(odd.s, odd.sum_g, odd.sum_gx);
+    for (std::size_t place = 0; place < 4; ++place) {
+      std::array<row, 4> rows{ordinary, ordinary, ordinary, ordinary};
+      rows[place] = odd;
+      mismatches += !check(rows);
+    }
+  };
+  for (double mean : means) {
+    for (double rstd : rstds) with_odd_row({{mean, rstd}, ordinary.sum_g, ordinary.sum_gx});
+  }
+  for (double sum_g : sums) {
+    for (double sum_gx : sums) with_odd_row({ordinary.s, sum_g, sum_gx});
+  }
+  // Groups of four rows drawn at random from the same values.
+  std::mt19937_64 draw(7);
+  auto pick = [&](const std::vector<double>& v) {
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(draw)];
+  };
+  for (int n = 0; n < 100000; ++n) {
+    std::array<row, 4> rows;
+    for (row& r : rows) r = {{pick(means), pick(rstds)}, pick(sums), pick(sums)};
+    mismatches += !check(rows);
+  }
+  CHECK(mismatches == 0);
+  // The values reach both answers (a check that cannot fail would not).
+  CHECK(out_of_range > 0);
+  CHECK(out_of_range < odd_rows);
 }
 
 // The one-pass moments sum about the mean of a row's first origin_elements values. A row whose

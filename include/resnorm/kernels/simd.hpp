@@ -558,6 +558,21 @@ RESNORM_SIMD_INLINE void for_each(index d, const Body& body) {
   for (; j < d; ++j) body(j, scalar_tag{});
 }
 
+// for_each over a row of D elements, D a constant: the same calls, in loops of constant counts
+// (which the compiler unrolls). for_each with a constant d kept its tail loop in GCC 12, and a
+// warning that the loop overflows (-Waggressive-loop-optimizations).
+template <class C, class T, index D, class Body>
+RESNORM_SIMD_INLINE void for_each_of_length(const Body& body) {
+  constexpr index w = width<C>;
+  constexpr index pairs_end = pairs_stores<C, T> ? D - D % (2 * w) : 0;
+  constexpr index packs_end = D - D % w;
+  if constexpr (pairs_stores<C, T>) {
+    for (index j = 0; j < pairs_end; j += 2 * w) for_each_pair<C, vector_tag>(j, body);
+  }
+  for (index j = pairs_end; j < packs_end; j += w) body(j, vector_tag{});
+  for (index j = packs_end; j < D; ++j) body(j, scalar_tag{});
+}
+
 // The bytes one pack of C occupies once stored as T.
 template <class C, class T>
 inline constexpr std::size_t stored_pack_bytes = static_cast<std::size_t>(width<C>) * sizeof(T);
