@@ -766,6 +766,9 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
   auto sums = simd::finish_sums([&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::array{partials_of(static_cast<int>(I))...};
   }(std::make_index_sequence<R>{}));
+  // Row r's Σg (0 where not centred) and Σg·xhat, as they stand (the double rows may sum again).
+  auto sum_g_of = [&](int r) { return Centred ? sums[r][0] : 0.0; };
+  auto sum_gx_of = [&](int r) { return sums[r][S - 1]; };
   // Four float rows: their range checked together (the same answer as row by row).
   constexpr bool group_check = !std::is_same_v<C, double> && R == 4;
   if constexpr (group_check) {
@@ -773,20 +776,18 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     std::array<double, 4> sum_g, sum_gx;
     for (int r = 0; r < R; ++r) {
       stats[r] = rows.s[r];
-      sum_g[r] = Centred ? sums[r][0] : 0.0;
-      sum_gx[r] = sums[r][S - 1];
+      sum_g[r] = sum_g_of(r);
+      sum_gx[r] = sum_gx_of(r);
     }
     in_range = float_backward_group_in_range(stats, sum_g, sum_gx);
   }
   for (int r = 0; r < R; ++r) {
-    auto sum_g = [&] { return Centred ? sums[r][0] : 0.0; };
-    auto sum_gx = [&] { return sums[r][S - 1]; };
     if constexpr (std::is_same_v<C, double>) {
       // Σg or Σg·xhat beyond 2^1000 (up to d·|g|·sqrt(d) of finite g, or g = dy·γ itself past
       // double): sum g·2^-s instead, with the largest |g| brought near 2^900. Its exponent is
       // taken as max(ilogb dy + ilogb γ), which cannot overflow. A NaN or Inf in the row leaves
       // it unscaled: its outputs are NaN either way.
-      if (!(std::abs(sum_g()) <= 0x1p1000 && std::abs(sum_gx()) <= 0x1p1000)) {
+      if (!(std::abs(sum_g_of(r)) <= 0x1p1000 && std::abs(sum_gx_of(r)) <= 0x1p1000)) {
         int largest = std::numeric_limits<int>::min();
         bool finite = true;
         for (index j = 0; j < d; ++j) {
@@ -809,10 +810,10 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
         }
       }
     } else if constexpr (!group_check) {
-      in_range = in_range && float_backward_in_range(rows.s[r], sum_g(), sum_gx());
+      in_range = in_range && float_backward_in_range(rows.s[r], sum_g_of(r), sum_gx_of(r));
     }
-    k[r].a = static_cast<C>(sum_g() * inv_d);
-    k[r].b = static_cast<C>(sum_gx() * inv_d);
+    k[r].a = static_cast<C>(sum_g_of(r) * inv_d);
+    k[r].b = static_cast<C>(sum_gx_of(r) * inv_d);
   }
   if constexpr (!std::is_same_v<C, double>) {
     if (!in_range) {
