@@ -6,13 +6,13 @@
 //     TYPE: float or bf16; SAMPLES: per side
 //
 // Both sides run on the same buffers (x, f or dy, y or dx, s: 2 MiB-aligned, on transparent huge
-// pages where granted, at page offsets 0, 1, 2 and 3 KiB). Each sample times enough calls for
-// about 2 ms; the sides alternate sample by sample, the first side swapping each time, so that
-// whatever else the machine does falls on both alike. Separate processes run minutes apart on a
-// shared VM differed by up to 30 %. Which side a tree is built as can itself be worth 1-5 %
-// (code addresses, statics), so compare.sh runs both placements.
-// Prints the median and the 10th and 90th percentiles of each side, and A / B of the medians
-// (above 1: B is faster).
+// pages where granted, at page offsets 0, 1, 2 and 3 KiB; RESNORM_AB_STAGGER=0 puts them all at
+// offset 0, as bench/ does, where rows of 4 KiB meet in the same L1 sets). Each sample times enough
+// calls for about 2 ms; the sides alternate sample by sample, the first side swapping each time, so
+// that whatever else the machine does falls on both alike. Separate processes run minutes apart on
+// a shared VM differed by up to 30 %. Which side a tree is built as can itself be worth 1-5 % (code
+// addresses, statics), so compare.sh runs both placements. Prints the median and the 10th and 90th
+// percentiles of each side, and A / B of the medians (above 1: B is faster).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -95,10 +95,12 @@ int main(int argc, char** argv) {
   const int samples = argc > 5 ? std::atoi(argv[5]) : 150;
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(dim);
   const std::size_t bytes = n * (bf16 ? 2 : 4);
+  const char* stagger_env = std::getenv("RESNORM_AB_STAGGER");
+  const std::size_t stagger = stagger_env ? std::strtoul(stagger_env, nullptr, 10) : 1024;
   unsigned char* x = buffer(bytes, 0);
-  unsigned char* f = buffer(bytes, 1024);
-  unsigned char* y = buffer(bytes, 2048);
-  unsigned char* s = buffer(bytes, 3072);
+  unsigned char* f = buffer(bytes, stagger);
+  unsigned char* y = buffer(bytes, 2 * stagger);
+  unsigned char* s = buffer(bytes, 3 * stagger);
   fill(x, n, bf16, 1, 0.5f, 2.0f);
   fill(f, n, bf16, 2, 0.0f, 1.0f);
   std::vector<float> gamma(static_cast<std::size_t>(dim), 1.5f), beta(gamma.size(), 0.25f);

@@ -10,10 +10,11 @@
 # the library's namespace renamed, and linked into build/ab/resnorm_ab_<A>_<B> (and
 # resnorm_ab_<B>_<A>, the sides swapped) with g++ -O3 -march=native -ffp-contract=off (the flags
 # of bench/, without OpenMP: one thread). A / B above 1 means B is faster. The binaries are kept,
-# so that a case can be rerun or another one run.
+# so that a case can be rerun or another one run. RESNORM_AB_STAGGER=0 in the environment puts
+# every buffer at page offset 0, as bench/ does (ab_main.cpp).
 set -euo pipefail
 if (($# < 6)); then
-  sed -n 2,13p "$0" >&2
+  sed -n 2,14p "$0" >&2
   exit 2
 fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
