@@ -1,7 +1,9 @@
 // Tests that the row kernels compute the same bits on 1, 2 and 4 OpenMP threads (forward outputs,
 // dx, and dγ/dβ, whose reduction runs over fixed row blocks). Built without OpenMP
 // (RESNORM_OPENMP=OFF) the kernels are serial and this file checks that 1 thread is reported.
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "resnorm/add_norm.hpp"
@@ -116,25 +118,49 @@ TEST_CASE("kernels: 1, 2 and 4 threads give the same bits", "[threads]") {
 
 // The backward's per-block accumulators start on cache lines (kernel_workspace::slot), whatever
 // alignment the heap gives its storage, and two blocks' slots never share a line; float and
-// double, for row widths that are and are not a multiple of a line.
+// double, for row widths that are and are not a multiple of a line. The first slot starts, modulo
+// 4 KiB, on the line keep_clear_of chose: the middle of the widest gap between the rows' offsets.
 TEST_CASE("kernels: the workspace's accumulator slots start on cache lines", "[threads]") {
   namespace k = resnorm::kernels;
-  for (const Eigen::Index dim :
-       {Eigen::Index{1}, Eigen::Index{17}, Eigen::Index{64}, Eigen::Index{1000}}) {
-    CAPTURE(dim);
-    k::kernel_workspace ws;
-    const Eigen::Index rows = 4099;
-    ws.reserve(rows, dim);
-    const auto on_line = [](const void* p) {
-      return reinterpret_cast<std::uintptr_t>(p) % k::cache_line_bytes == 0;
-    };
-    for (Eigen::Index b = 0; b < k::reduction_blocks(rows); ++b) {
-      CAPTURE(b);
-      CHECK(on_line(ws.slot<float>(b, dim)));
-      CHECK(on_line(ws.slot<double>(b, dim)));
-      // The dβ half, one slot_stride further.
-      CHECK(on_line(ws.slot<float>(b, dim) + k::kernel_workspace::slot_stride(dim)));
-      CHECK(on_line(ws.slot<double>(b, dim) + k::kernel_workspace::slot_stride(dim)));
+  const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  alignas(4096) static unsigned char page[2 * 4096];
+  const auto at = [&](std::size_t offset) { return static_cast<const void*>(page + offset); };
+  // The rows' offsets, and the line half way round the widest gap between them (by hand).
+  struct placement {
+    std::array<const void*, 3> rows;  // null: no row
+    std::uintptr_t line;
+  };
+  const placement placements[] = {
+      {{at(0)}, 2048},                      // one row: half a page on
+      {{at(0), at(0), at(0)}, 2048},        // x, dy and dx at one offset
+      {{at(0), at(1024), at(2048)}, 3072},  // the gap from 2048 round to 4096
+      {{at(100), nullptr}, 2112},           // 2148, rounded down to a line; null rows skipped
+      {{at(4000), at(50)}, 1984},           // the gap from 50 to 4000: 2025, rounded down
+      {{at(2), at(4094)}, 2048},            // bf16 rows at 2-byte offsets
+  };
+  CHECK(k::quietest_line_in_page({nullptr}) == 0);
+  for (const placement& p : placements) {
+    CAPTURE(p.line);
+    CHECK(k::quietest_line_in_page({p.rows[0], p.rows[1], p.rows[2]}) == p.line);
+    for (const Eigen::Index dim :
+         {Eigen::Index{1}, Eigen::Index{17}, Eigen::Index{64}, Eigen::Index{1000}}) {
+      CAPTURE(dim);
+      k::kernel_workspace ws;
+      const Eigen::Index rows = 4099;
+      ws.reserve(rows, dim);
+      ws.keep_clear_of({p.rows[0], p.rows[1], p.rows[2]});
+      CHECK(address(ws.slot<float>(0, dim)) % 4096 == p.line);
+      CHECK(address(ws.slot<double>(0, dim)) % 4096 == p.line);
+      const auto on_line = [&](const void* q) { return address(q) % k::cache_line_bytes == 0; };
+      for (Eigen::Index b = 0; b < k::reduction_blocks(rows); ++b) {
+        CAPTURE(b);
+        CHECK(on_line(ws.slot<float>(b, dim)));
+        CHECK(on_line(ws.slot<double>(b, dim)));
+        // The dβ half, one slot_stride further.
+        const std::size_t stride = k::kernel_workspace::slot_stride(dim);
+        CHECK(on_line(ws.slot<float>(b, dim) + stride));
+        CHECK(on_line(ws.slot<double>(b, dim) + stride));
+      }
     }
   }
 }

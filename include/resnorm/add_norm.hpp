@@ -398,6 +398,7 @@ void add_norm_vjp_rows(const char* fn, add_norm_kind kind, matrix_cref<T> s, mat
   auto* dg_out = data_or_null(dgamma);
   auto* db_out = kind == add_norm_kind::layer_norm ? data_or_null(dbeta) : nullptr;
   if (kind == add_norm_kind::rms_norm && dbeta.size() != 0) dbeta.setZero();
+  ws.keep_clear_of({s.data(), ds.data(), dy.data(), dx.data()});
   dispatch2(g != nullptr, dg_out != nullptr, [&]<bool G, bool DG>() {
     dispatch2(db_out != nullptr, false, [&]<bool DB, bool>() {
       blocked_vjp<C>(s.rows(), d, dg_out, db_out, ws, [&](index begin, index end, C* dg, C* db) {

@@ -999,6 +999,7 @@ void layer_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* 
                          const double* mean, const double* rstd, double eps, matrix_ref<T> dx,
                          param_t<T>* dgamma, param_t<T>* dbeta, kernel_workspace& ws) {
   const index d = x.cols();
+  ws.keep_clear_of({x.data(), dy.data(), dx.data()});
   dispatch2(gamma != nullptr, dgamma != nullptr, [&]<bool G, bool DG>() {
     dispatch2(dbeta != nullptr, false, [&]<bool DB, bool>() {
       blocked_vjp<C>(x.rows(), d, dgamma, dbeta, ws, [&](index begin, index end, C* dg, C* db) {

@@ -13,8 +13,10 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
@@ -76,6 +78,39 @@ void parallel_rows(index rows, index dim, const Body& body) {
                  [&](index t) { body(rows * t / threads, rows * (t + 1) / threads); });
 }
 
+// The bytes an L1 data cache's sets span (64 sets of 64-byte lines on x86): addresses this far
+// apart share a set.
+inline constexpr std::uintptr_t l1_set_span = 4096;
+
+// The cache line, as an offset modulo l1_set_span, farthest from the first rows of the matrices
+// a backward walks (x, dy, dx; null ones skipped): the middle of the widest gap between their
+// offsets, rounded down to a line. The backward's accumulators start there. Where rows are a
+// multiple of 4 KiB long, element j of every row of x, dy and dx keeps to one L1 set, and
+// accumulators in that set too overfill its 8 ways: 1024 x 1024 float LayerNorm backward with
+// x, dy and dx at offset 0 ran 1.26x faster with the accumulators half a page away than at offset
+// 0, and 1.05x (1024 x 1024) and 1.16x (512 x 2048) faster than at the heap's offset (AMD Zen 4,
+// bench/ab with RESNORM_AB_STAGGER=0, both placements).
+inline std::uintptr_t quietest_line_in_page(std::initializer_list<const void*> rows) {
+  constexpr std::uintptr_t page = l1_set_span;
+  std::array<std::uintptr_t, 8> offsets{};
+  std::size_t n = 0;
+  for (const void* p : rows) {
+    if (p != nullptr && n < offsets.size())
+      offsets[n++] = reinterpret_cast<std::uintptr_t>(p) % page;
+  }
+  if (n == 0) return 0;
+  std::sort(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(n));
+  std::uintptr_t widest = 0, middle = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uintptr_t next = i + 1 < n ? offsets[i + 1] : offsets[0] + page;
+    if (next - offsets[i] > widest) {
+      widest = next - offsets[i];
+      middle = offsets[i] + widest / 2;
+    }
+  }
+  return middle % page / cache_line_bytes * cache_line_bytes;
+}
+
 // Scratch the backward kernels reduce through: reduction_blocks(rows) slots of 2·dim
 // accumulators. Keep one and pass it to the _into entry points:
 // after the first call of a given size, no call allocates.
@@ -84,22 +119,29 @@ class kernel_workspace {
   // Makes room for a backward of rows x dim (float and double accumulators both).
   void reserve(index rows, index dim) {
     const std::size_t n = slot_stride(dim) * 2 * static_cast<std::size_t>(reduction_blocks(rows));
-    // Room to start the slots on a cache line (std::vector's heap memory is 16-byte aligned).
-    if (f32_.size() < n + line / sizeof(float)) f32_.resize(n + line / sizeof(float));
-    if (f64_.size() < n + line / sizeof(double)) f64_.resize(n + line / sizeof(double));
+    // Room to start the slots anywhere within a page (see slot).
+    if (f32_.size() < n + page / sizeof(float)) f32_.resize(n + page / sizeof(float));
+    if (f64_.size() < n + page / sizeof(double)) f64_.resize(n + page / sizeof(double));
   }
 
   // Slot b (0 ≤ b < blocks) of accumulators, 2·dim long: [0, dim) dγ, [stride, stride+dim) dβ.
   // Slot 0 starts on a cache line, so that every pack of the accumulators the backward loads and
   // stores once per row sits inside one line: against slots wherever malloc put them, float
   // backwards of 1024 x 1024 ran 1.11x (LayerNorm) and 1.06x (RMSNorm) faster, 8192 x 64 1.01x
-  // (AMD Zen 5; bench/ab, both placements).
+  // (AMD Zen 5; bench/ab, both placements). That line is the one keep_clear_of chose.
   template <class C>
   C* slot(index b, index dim) {
     C* const data = storage<C>().data();
-    const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(data) % line;
-    C* const first = data + (line - misalignment) % line / sizeof(C);
+    const std::uintptr_t skip =
+        (page_offset_ + page - reinterpret_cast<std::uintptr_t>(data) % page) % page;
+    C* const first = data + skip / sizeof(C);  // data is aligned to C, and so is skip
     return first + static_cast<std::size_t>(b) * 2 * slot_stride(dim);
+  }
+
+  // Moves the slots, from the next call of slot on, to the cache line quietest_line_in_page
+  // finds among the first rows of the matrices a backward is about to walk.
+  void keep_clear_of(std::initializer_list<const void*> first_rows) {
+    page_offset_ = quietest_line_in_page(first_rows);
   }
 
   // Distance between the dγ and dβ halves: dim rounded up to a cache line, plus one line, so
@@ -119,9 +161,11 @@ class kernel_workspace {
   }
 
   static constexpr std::size_t line = cache_line_bytes;
+  static constexpr std::size_t page = l1_set_span;
 
   std::vector<float> f32_;
   std::vector<double> f64_;
+  std::uintptr_t page_offset_ = 0;  // where slot 0 starts, modulo l1_set_span
 };
 
 // Calls f.template operator()<A, B>() with the runtime flags a, b as template arguments.

@@ -232,6 +232,7 @@ void rms_norm_vjp_rows(matrix_cref<T> x, matrix_cref<T> dy, const param_t<T>* ga
                        const double* rstd, double eps, matrix_ref<T> dx, param_t<T>* dgamma,
                        kernel_workspace& ws) {
   const index d = x.cols();
+  ws.keep_clear_of({x.data(), dy.data(), dx.data()});
   dispatch2(gamma != nullptr, dgamma != nullptr, [&]<bool G, bool DG>() {
     blocked_vjp<C>(
         x.rows(), d, dgamma, static_cast<param_t<T>*>(nullptr), ws,
