@@ -88,8 +88,10 @@ inline constexpr std::uintptr_t l1_set_span = 4096;
 // multiple of 4 KiB long, element j of every row of x, dy and dx keeps to one L1 set, and
 // accumulators in that set too overfill its 8 ways: 1024 x 1024 float LayerNorm backward with
 // x, dy and dx at offset 0 ran 1.26x faster with the accumulators half a page away than at offset
-// 0, and 1.05x (1024 x 1024) and 1.16x (512 x 2048) faster than at the heap's offset (AMD Zen 4,
-// bench/ab with RESNORM_AB_STAGGER=0, both placements).
+// 0; placed here rather than at the heap's offset, 1.09x (1024 x 1024) and 1.12x (512 x 2048)
+// faster, RMSNorm 1024 x 1024 1.03x (AMD Zen 4, bench/ab with RESNORM_AB_STAGGER=0, geometric
+// mean of both placements). With x, dy and dx 1 KiB apart, and on rows of other lengths, within
+// the noise (0.99-1.05x).
 inline std::uintptr_t quietest_line_in_page(std::initializer_list<const void*> rows) {
   constexpr std::uintptr_t page = l1_set_span;
   std::array<std::uintptr_t, 8> offsets{};
