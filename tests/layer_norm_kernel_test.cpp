@@ -474,6 +474,36 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: a row gives the same bits i
   }
 }
 
+namespace {
+
+// Rows of y and rms_y (stride elements apart) and their statistics, written by the overlapped
+// forwards in arithmetic C, against each row of x through the row forwards alone.
+template <class C, class S, class P>
+void check_overlapped_rows(const matrix<S>& x, const vector<P>& gamma, const vector<P>& beta,
+                           double eps, const S* y, const S* rms_y, Eigen::Index stride,
+                           const vector<double>& mean, const vector<double>& rstd,
+                           const vector<double>& rms_rstd) {
+  namespace k = resnorm::kernels;
+  const Eigen::Index d = x.cols();
+  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+    CAPTURE(t);
+    matrix<S> y1(1, d), rms_y1(1, d);
+    const k::row_stats s =
+        k::layer_norm_row_forward<C, true, true>(x.row(t).data(), d, gamma.data(), beta.data(), eps,
+                                                 false, y1.data(), {x.row(t).data(), y1.data()});
+    const double r =
+        k::rms_norm_row_forward<C, true>(x.row(t).data(), d, gamma.data(), eps, false,
+                                         rms_y1.data(), {x.row(t).data(), rms_y1.data()});
+    CHECK(same_bits(y + t * stride, y1.data(), d));
+    CHECK(mean(t) == s.mean);
+    CHECK(rstd(t) == s.rstd);
+    CHECK(same_bits(rms_y + t * stride, rms_y1.data(), d));
+    CHECK(rms_rstd(t) == r);
+  }
+}
+
+}  // namespace
+
 // The streamed forwards with two rows in flight (layer_norm_rows_overlapped and
 // rms_norm_rows_overlapped with Stream, which add_norm_forward_into-sized outputs take where
 // their rows start on cache lines): too large to allocate, so they are called directly, on rows
@@ -514,25 +544,69 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: streamed overlapped rows eq
           x.data(), d, rms_y, stride, rows, d, gamma.data(), eps,
           [&](Eigen::Index t, double r) { rms_rstd(t) = r; });
       k::stream_fence();
-      for (Eigen::Index t = 0; t < rows; ++t) {
-        CAPTURE(t);
-        matrix<S> y1(1, d), rms_y1(1, d);
-        const k::row_stats s = k::layer_norm_row_forward<C, true, true>(
-            x.row(t).data(), d, gamma.data(), beta.data(), eps, false, y1.data(),
-            {x.row(t).data(), y1.data()});
-        const double r =
-            k::rms_norm_row_forward<C, true>(x.row(t).data(), d, gamma.data(), eps, false,
-                                             rms_y1.data(), {x.row(t).data(), rms_y1.data()});
-        CHECK(same_bits(y + t * stride, y1.data(), d));
-        CHECK(mean(t) == s.mean);
-        CHECK(rstd(t) == s.rstd);
-        CHECK(same_bits(rms_y + t * stride, rms_y1.data(), d));
-        CHECK(rms_rstd(t) == r);
-      }
+      check_overlapped_rows<C>(x, gamma, beta, eps, y, rms_y, stride, mean, rstd, rms_rstd);
     }
   };
   check.template operator()<k::compute_t<S>>();
   if constexpr (std::is_same_v<S, float>) check.template operator()<double>();
+}
+
+// Where row t of y and row t + 1 of x sit at one offset modulo 4 KiB (both page-aligned, rows
+// padded to a multiple of 4 KiB), the overlapped forwards apply each row 2 KiB (or half a row)
+// ahead of the next row's sums, wrapping round its whole packs (overlapped_apply_order). Cached
+// and streamed, every row must still have the bits of the row alone: widths with and without a
+// tail, a row shorter than two packs, rows past 4 KiB.
+TEMPLATE_TEST_CASE("layer_norm and rms_norm kernels: overlapped rows a page apart equal rows alone",
+                   "[layer_norm][rms_norm][kernel]", float, double, Eigen::bfloat16) {
+  using S = TestType;
+  namespace k = resnorm::kernels;
+  using C = k::compute_t<S>;
+  using P = k::param_t<S>;
+  constexpr Eigen::Index rows = 13;
+  constexpr Eigen::Index page = 4096 / sizeof(S);
+  const double eps = 1e-5;
+  const auto first_page_in = [](std::vector<S>& buffer) {
+    const std::size_t past = reinterpret_cast<std::uintptr_t>(buffer.data()) % 4096;
+    return buffer.data() + (4096 - past) % 4096 / sizeof(S);
+  };
+  for (const Eigen::Index d : {3, 64, 100, 1024, 1100, 2051}) {
+    CAPTURE(d);
+    const Eigen::Index stride = (d + page - 1) / page * page;
+    const matrix<S> x = hostile_rows<S>(rows, d, 600 + d);
+    const vector<P> gamma = random_vector<P>(d, 601);
+    const vector<P> beta = random_vector<P>(d, 602);
+    std::vector<S> x_store(static_cast<std::size_t>(rows * stride + page));
+    std::vector<S> y_store(x_store.size()), rms_store(x_store.size());
+    S* const xs = first_page_in(x_store);
+    for (Eigen::Index t = 0; t < rows; ++t) std::copy_n(x.row(t).data(), d, xs + t * stride);
+    const bool shifted =
+        k::overlapped_apply_order<C>(first_page_in(y_store), xs + stride, d).shift > 0;
+    CHECK(shifted == (d >= 2 * k::simd::width<C>));
+    for (const bool stream : {false, true}) {
+      CAPTURE(stream);
+      S* const y = first_page_in(y_store);
+      S* const rms_y = first_page_in(rms_store);
+      vector<double> mean(rows), rstd(rows), rms_rstd(rows);
+      const auto stats_out = [&](Eigen::Index t, const k::row_stats& st) {
+        mean(t) = st.mean;
+        rstd(t) = st.rstd;
+      };
+      const auto rstd_out = [&](Eigen::Index t, double r) { rms_rstd(t) = r; };
+      if (stream) {
+        k::layer_norm_rows_overlapped<C, true, true, true>(
+            xs, stride, y, stride, rows, d, gamma.data(), beta.data(), eps, stats_out);
+        k::rms_norm_rows_overlapped<C, true, true>(xs, stride, rms_y, stride, rows, d, gamma.data(),
+                                                   eps, rstd_out);
+        k::stream_fence();
+      } else {
+        k::layer_norm_rows_overlapped<C, true, true>(xs, stride, y, stride, rows, d, gamma.data(),
+                                                     beta.data(), eps, stats_out);
+        k::rms_norm_rows_overlapped<C, true>(xs, stride, rms_y, stride, rows, d, gamma.data(), eps,
+                                             rstd_out);
+      }
+      check_overlapped_rows<C>(x, gamma, beta, eps, y, rms_y, stride, mean, rstd, rms_rstd);
+    }
+  }
 }
 
 // A backward whose x holds kernels::next_vjp_row_min_bytes or more prefetches its next rows and,

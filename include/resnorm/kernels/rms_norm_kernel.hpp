@@ -172,15 +172,20 @@ RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T
     const T* next_x = row_x + x_stride;
     const C rstd = static_cast<C>(m.rstd);
     const auto next_sums =
-        simd::finish_sums(simd::row_partial_sums<C, 1>(d, [&](index j, auto tag) {
-          if constexpr (Stream && simd::is_pack_tag<decltype(tag)>) {
-            rms_norm_apply_at<HasGamma>(row_x, j, simd::streaming_tag{}, rstd, gamma, row_y);
-          } else {
-            rms_norm_apply_at<HasGamma>(row_x, j, tag, rstd, gamma, row_y);
-          }
-          const auto v = simd::load<C>(next_x + j, tag);
-          return std::array{simd::product{v, v}};
-        }));
+        overlapped_apply_order<C>(row_y, next_x, d)
+            .visit([&](auto apply_at) RESNORM_SIMD_ALWAYS_INLINE {
+              return simd::finish_sums(simd::row_partial_sums<C, 1>(d, [&](index j, auto tag) {
+                if constexpr (simd::is_pack_tag<decltype(tag)>) {
+                  using store_tag =
+                      std::conditional_t<Stream, simd::streaming_tag, simd::vector_tag>;
+                  rms_norm_apply_at<HasGamma>(row_x, apply_at(j), store_tag{}, rstd, gamma, row_y);
+                } else {
+                  rms_norm_apply_at<HasGamma>(row_x, j, tag, rstd, gamma, row_y);
+                }
+                const auto v = simd::load<C>(next_x + j, tag);
+                return std::array{simd::product{v, v}};
+              }));
+            });
     rstd_out(t, m.rstd);
     m = rms_norm_moments<C>(next_x, d, eps, next_sums[0]);
   }
