@@ -144,6 +144,40 @@ TEST_CASE("layer_norm kernel: float rows of large offset keep y and dx to 1e-5",
   }
 }
 
+// A float row of one value far from 0 (7.08e25) with an eps below float's normals: var = 0, so
+// rstd is up to 1/sqrt(eps) ≈ 1.9e21, and xhat = 0 exactly, so y = β. A row of 13 misses its first
+// mean by an ulp (2^63), and (x − hi)·rstd and lo·rstd overflow float to opposite infinities: y was
+// NaN (a fuzzer find, tests/fuzz/corpus/layer_norm/find_float_constant_row_tiny_eps_8d0d220c). Such
+// rows are redone in double (centred_products_fit). Widths with and without whole packs, rows
+// alone and in groups.
+TEST_CASE("layer_norm kernel: a constant float row with a tiny eps gives y = beta",
+          "[layer_norm][kernel][accuracy]") {
+  const float value = 0x1.d4d4d4p+85f;
+  for (const double eps : {2.74654e-43, 0x1p-142}) {
+    for (const Eigen::Index dim : {Eigen::Index{13}, Eigen::Index{29}, Eigen::Index{61},
+                                   Eigen::Index{100}, Eigen::Index{1024}}) {
+      CAPTURE(eps, dim);
+      const Eigen::Index rows = 9;
+      const matrix<float> x = matrix<float>::Constant(rows, dim, value);
+      const vector<float> gamma = random_vector<float>(dim, 11, 0.5, 1.0);
+      const vector<float> beta = random_vector<float>(dim, 12);
+      matrix<float> y(rows, dim);
+      vector<double> mean(rows), rstd(rows);
+      resnorm::layer_norm_forward_into<float>(x, gamma, beta, eps, y, mean, rstd);
+      for (Eigen::Index t = 0; t < rows; ++t) {
+        CAPTURE(t);
+        CHECK(mean(t) == static_cast<double>(value));
+        // var = 0 exactly, or a few roundings of x² where the compiler fuses Σc²/d − δ² (clang):
+        // either way the row's scale is no information, and y = β regardless.
+        CHECK(std::isfinite(rstd(t)));
+        CHECK(rstd(t) > 0);
+        CHECK(rstd(t) <= 1.0 / std::sqrt(eps));
+        CHECK(same_bits(y.row(t).data(), beta.data(), dim));
+      }
+    }
+  }
+}
+
 // Rows just above float's smallest normal, 2^-126 · (1 + k · 2^-23) with k = 0 … 7, whose mean
 // falls between floats by less than float's subnormal step: its low part lo, rounded to that step,
 // is off by up to 2^-150, a quarter of the spread. With eps = 2^-198, rstd ≈ 2^99, so that
