@@ -327,11 +327,15 @@ struct next_row {
 
 // In a row's last pass, body(j, tag) pulls next's packs at j towards the cache (reading the
 // next input, and writing the next output unless it is streamed: skipping that read is what
-// streaming is for).
+// streaming is for). Streamed rows (outputs past streaming_min_bytes, so inputs from memory) pull
+// the next input into L2 only: sent to L1, the next row of x displaced the γ and β that the
+// apply reads beside this one. Float LayerNorm forward 4096 x 4096 1.19x, 32768 x 4096 1.16x,
+// bf16 4096 x 4096 1.27x, float RMSNorm 4096 x 4096 1.05x and 32768 x 4096 1.06x faster; not
+// prefetching at all lost 14 % (AMD Zen 4, bench/ab, geometric means of both placements).
 template <bool Prefetch, bool Stream, class T, class Tag>
 RESNORM_SIMD_INLINE void prefetch_next_row(const next_row<T>& next, index j, Tag) {
   if constexpr (Prefetch && simd::is_pack_tag<Tag>) {
-    simd::prefetch_read(next.in + j);
+    simd::prefetch_read<Stream ? simd::prefetch_to::l2 : simd::prefetch_to::l1>(next.in + j);
     if constexpr (!Stream) simd::prefetch_write(next.out + j);
   }
 }
@@ -700,7 +704,10 @@ inline bool float_backward_group_in_range(const std::array<row_stats, 4>& s,
 // during the row's second pass, which reads x and dy from the cache: the hardware prefetcher stops
 // at each 4 KiB page. x == nullptr: none. Only for an x of next_vjp_row_min_bytes or more: smaller
 // inputs are usually still in the cache, where the prefetches only cost (64 x 768 float backward
-// 6 % slower with them, 1024 x 1024 10 % faster, 4096 x 4096 15-22 %).
+// 6 % slower with them, 1024 x 1024 10 % faster, 4096 x 4096 15-22 %). The next rows of x and dy
+// go to L2, not L1, where they displaced the lines of this row, γ and the dγ/dβ slots: float
+// 4096 x 4096 1.28x, 2048 x 2048 1.31x, 4096 x 768 1.20x, 32768 x 4096 1.28x, bf16 4096 x 4096
+// 1.16x faster; 1024 x 1024 and 512 x 2048 within the noise (0.97-1.07x; AMD Zen 4, bench/ab).
 inline constexpr std::size_t next_vjp_row_min_bytes = std::size_t(1) << 20;
 template <class T>
 struct next_vjp_row {
@@ -938,9 +945,11 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
       auto prefetching = [&](index j, auto tag) {
         using Tag = decltype(tag);
         if constexpr (simd::is_pack_tag<Tag>) {
-          simd::prefetch_read(next.x + j);
-          simd::prefetch_read(next.dy + j);
-          if constexpr (AddDs) simd::prefetch_read(next.ds + j);
+          // Into L2 only: see next_vjp_row.
+          constexpr auto l2 = simd::prefetch_to::l2;
+          simd::prefetch_read<l2>(next.x + j);
+          simd::prefetch_read<l2>(next.dy + j);
+          if constexpr (AddDs) simd::prefetch_read<l2>(next.ds + j);
           if constexpr (!std::is_base_of_v<simd::streaming_tag, Tag>) {
             simd::prefetch_write(next.dx + j);
           }

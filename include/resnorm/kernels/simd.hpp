@@ -408,10 +408,13 @@ RESNORM_SIMD_INLINE C splat(C v, scalar_tag) {
 // Asks for the cache line holding p ahead of its use (read, or write: fetched for ownership).
 // The hardware streamer does not cross a 4 KiB page, so a kernel that walks a matrix row by row
 // prefetches the next row while it works on this one; otherwise each row starts on misses.
-template <class T>
+// prefetch_to::l2 stops short of L1 (the line is pulled on into L1 by the row's own loads later):
+// a whole next row sent to L1 evicts the lines the current row still reads there (its x, γ, β).
+enum class prefetch_to { l2 = 2, l1 = 3 };  // __builtin_prefetch's locality
+template <prefetch_to Level = prefetch_to::l1, class T>
 RESNORM_SIMD_INLINE void prefetch_read(const T* p) {
 #if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p, 0, 3);
+  __builtin_prefetch(p, 0, static_cast<int>(Level));
 #else
   (void)p;
 #endif
