@@ -96,12 +96,16 @@ inline std::uintptr_t quietest_line_in_page(std::initializer_list<const void*> r
   constexpr std::uintptr_t page = l1_set_span;
   std::array<std::uintptr_t, 8> offsets{};
   std::size_t n = 0;
+  // Sorted as they come in: a handful at most (std::sort here drew GCC 12's -Warray-bounds at
+  // -O3, a false alarm on its unrolled insertion sort over the short array).
   for (const void* p : rows) {
-    if (p != nullptr && n < offsets.size())
-      offsets[n++] = reinterpret_cast<std::uintptr_t>(p) % page;
+    if (p == nullptr || n == offsets.size()) continue;
+    const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) % page;
+    std::size_t i = n++;
+    for (; i > 0 && offsets[i - 1] > offset; --i) offsets[i] = offsets[i - 1];
+    offsets[i] = offset;
   }
   if (n == 0) return 0;
-  std::sort(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(n));
   std::uintptr_t widest = 0, middle = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uintptr_t next = i + 1 < n ? offsets[i + 1] : offsets[0] + page;
