@@ -24,6 +24,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "resnorm/matrix.hpp"
 #include "resnorm/random.hpp"
@@ -132,11 +135,35 @@ double backward_bytes(shape s) {
 
 // ---- the roofline ----------------------------------------------------------------------------
 
+// With OpenMP and more than one thread (OMP_NUM_THREADS), each thread copies its share of the
+// rows: the memory's own scaling, against which the kernels' "2 threads / 1 thread" is read.
 inline void memcpy_case(benchmark::State& state, shape s) {
   aligned_matrix<float> src(s.rows, s.dim), dst(s.rows, s.dim);
   src.fill_normal(1);
+  const std::size_t bytes = src.bytes();
+#if defined(_OPENMP)
+  const int threads = omp_get_max_threads();
+#else
+  const int threads = 1;
+#endif
   for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), src.bytes());
+    if (threads == 1) {
+      std::memcpy(dst.data(), src.data(), bytes);
+    } else {
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads)
+      {
+        // Split at whole rows, as the kernels split their work.
+        const index t = omp_get_thread_num();
+        const auto row = [&](index r) { return static_cast<std::size_t>(s.rows * r / threads); };
+        const std::size_t row_bytes = bytes / static_cast<std::size_t>(s.rows);
+        const std::size_t begin = row(t), end = row(t + 1);
+        std::memcpy(reinterpret_cast<char*>(dst.data()) + begin * row_bytes,
+                    reinterpret_cast<const char*>(src.data()) + begin * row_bytes,
+                    (end - begin) * row_bytes);
+      }
+#endif
+    }
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }

@@ -12,7 +12,7 @@ Every ratio compares medians from one interleaved run of one binary
 (--benchmark_enable_random_interleaving=true): on a shared machine, back-to-back repetitions of
 one case drift by up to 2x, interleaved medians agree within a few percent. Single-thread runs set
 OMP_NUM_THREADS=1 (resnorm and oneDNN alike); the "2 threads / 1 thread" rows rerun resnorm's
-float kernels with OMP_NUM_THREADS=2.
+float kernels, and memcpy split in two (the memory's own scaling), with OMP_NUM_THREADS=2.
 """
 
 import argparse
@@ -147,7 +147,7 @@ def main():
     # Each binary's medians apart: a ratio divides medians from one binary's interleaved run (its
     # own memcpy, oneDNN or unfused case), never from another binary run minutes apart.
     one = {name: results(name, 1) for name in BINARIES}
-    thread_filter = "^(" + "|".join(THREAD_OPS) + ")/resnorm/"
+    thread_filter = "^((" + "|".join(THREAD_OPS) + ")/resnorm|memcpy/memcpy)/"
     two = {name: results(name, 2, thread_filter) for name in ["layer_norm", "rms_norm"]}
 
     def lookup(per_binary, numerator, denominator):
@@ -177,9 +177,10 @@ def main():
         cells = [cell(*lookup(one, (op_n, impl_n, r, d), (op_d, impl_d, r, d)), counter)
                  for r, d in shapes]
         print(f"| {label} | " + " | ".join(cells) + " |")
-    for op in THREAD_OPS:
-        binary = op.rsplit("_", 1)[0]  # layer_norm_forward -> layer_norm
-        cells = [cell(two[binary].get((op, "resnorm", r, d)), one[binary].get((op, "resnorm", r, d)),
+    # memcpy's own scaling first: the bandwidth two cores get on this machine bounds the kernels'.
+    for op, impl, binary in [("memcpy", "memcpy", "layer_norm")] + [
+            (op, "resnorm", op.rsplit("_", 1)[0]) for op in THREAD_OPS]:  # layer_norm_forward -> layer_norm
+        cells = [cell(two[binary].get((op, impl, r, d)), one[binary].get((op, impl, r, d)),
                       "items_per_second") for r, d in shapes]
         print(f"| {op} 2 threads / 1 thread | " + " | ".join(cells) + " |")
 
