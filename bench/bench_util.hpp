@@ -28,6 +28,7 @@
 #include <omp.h>
 #endif
 
+#include "resnorm/kernels/parallel.hpp"
 #include "resnorm/matrix.hpp"
 #include "resnorm/random.hpp"
 
@@ -137,12 +138,14 @@ double backward_bytes(shape s) {
 
 // With OpenMP and more than one thread (OMP_NUM_THREADS), each thread copies its share of the
 // rows: the memory's own scaling, against which the kernels' "2 threads / 1 thread" is read.
+// Below the kernels' parallel_min_elements one thread copies it all, as a kernel would run.
 inline void memcpy_case(benchmark::State& state, shape s) {
   aligned_matrix<float> src(s.rows, s.dim), dst(s.rows, s.dim);
   src.fill_normal(1);
   const std::size_t bytes = src.bytes();
 #if defined(_OPENMP)
-  const int threads = omp_get_max_threads();
+  const int threads =
+      s.rows * s.dim >= resnorm::kernels::parallel_min_elements ? omp_get_max_threads() : 1;
 #else
   const int threads = 1;
 #endif
