@@ -24,9 +24,6 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 #include "resnorm/kernels/parallel.hpp"
 #include "resnorm/matrix.hpp"
@@ -136,37 +133,18 @@ double backward_bytes(shape s) {
 
 // ---- the roofline ----------------------------------------------------------------------------
 
-// With OpenMP and more than one thread (OMP_NUM_THREADS), each thread copies its share of the
-// rows: the memory's own scaling, against which the kernels' "2 threads / 1 thread" is read.
-// Below the kernels' parallel_min_elements one thread copies it all, as a kernel would run.
+// Split over rows by the kernels' own parallel_rows: with OpenMP and more than one thread
+// (OMP_NUM_THREADS) each thread copies its share, the memory's own scaling against which the
+// kernels' "2 threads / 1 thread" is read; below parallel_min_elements one memcpy of it all.
 inline void memcpy_case(benchmark::State& state, shape s) {
   aligned_matrix<float> src(s.rows, s.dim), dst(s.rows, s.dim);
   src.fill_normal(1);
-  const std::size_t bytes = src.bytes();
-#if defined(_OPENMP)
-  const int threads =
-      s.rows * s.dim >= resnorm::kernels::parallel_min_elements ? omp_get_max_threads() : 1;
-#else
-  const int threads = 1;
-#endif
+  const std::size_t row_bytes = static_cast<std::size_t>(s.dim) * sizeof(float);
   for (auto _ : state) {
-    if (threads == 1) {
-      std::memcpy(dst.data(), src.data(), bytes);
-    } else {
-#if defined(_OPENMP)
-#pragma omp parallel num_threads(threads)
-      {
-        // Split at whole rows, as the kernels split their work.
-        const index t = omp_get_thread_num();
-        const auto row = [&](index r) { return static_cast<std::size_t>(s.rows * r / threads); };
-        const std::size_t row_bytes = bytes / static_cast<std::size_t>(s.rows);
-        const std::size_t begin = row(t), end = row(t + 1);
-        std::memcpy(reinterpret_cast<char*>(dst.data()) + begin * row_bytes,
-                    reinterpret_cast<const char*>(src.data()) + begin * row_bytes,
-                    (end - begin) * row_bytes);
-      }
-#endif
-    }
+    resnorm::kernels::parallel_rows(s.rows, s.dim, [&](index begin, index end) {
+      std::memcpy(dst.data() + begin * s.dim, src.data() + begin * s.dim,
+                  static_cast<std::size_t>(end - begin) * row_bytes);
+    });
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
