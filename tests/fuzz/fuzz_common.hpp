@@ -213,7 +213,7 @@ void check_norm(const char* what, norm_kind kind, const norm_outputs<S>& out,
     // turn that entry's cancellation into the whole row's relative error.
     ld y_scale = 0, ds_scale = 0, max_gamma = 0, max_beta = 0, max_xhat_abs = 0;
     for (Index j = 0; j < d; ++j) {
-      const ld xhat = (static_cast<ld>(s[j]) - st.mean) * st.rstd;
+      const ld xhat = st.centred(s[j]) * st.rstd;
       max_xhat_abs = std::max(max_xhat_abs, std::abs(xhat));
       max_gamma = std::max(max_gamma, g ? std::abs(ld(g[j])) : 1.0L);
       max_beta = std::max(max_beta, b ? std::abs(ld(b[j])) : 0.0L);

@@ -8,6 +8,8 @@
 // against the explicit Jacobian product of norm_kernel_reference.hpp.
 //
 //   LayerNorm: mean = Σx/d, var = Σ(x − mean)²/d (two passes), rstd = 1/sqrt(var + eps),
+//              the mean held as mean + mean_lo (Σx/d, then the rest Σ(x − Σx/d)/d): long
+//              double's 64 bits alone would move x − mean by 2^-64·kappa, 5e-12 at 1e8 + N(0, 1)
 //              xhat = (x − mean)·rstd,  y = γ ⊙ xhat + β
 //   RMSNorm:   mean := 0, var := Σx²/d, the same formulas (no β)
 //   backward:  g = dy ⊙ γ,
@@ -37,9 +39,16 @@ namespace resnorm_reference {
 using ld = long double;
 
 struct ld_row_stats {
-  ld mean = 0;  // 0 for RMSNorm
-  ld var = 0;   // population variance (RMSNorm: mean of squares), eps not included
-  ld rstd = 0;  // 1 / sqrt(var + eps)
+  ld mean = 0;     // 0 for RMSNorm
+  ld mean_lo = 0;  // the rest of the mean, below mean's last bit
+  ld var = 0;      // population variance (RMSNorm: mean of squares), eps not included
+  ld rstd = 0;     // 1 / sqrt(var + eps)
+
+  // v − (mean + mean_lo)
+  template <class V>
+  ld centred(V v) const {
+    return (static_cast<ld>(v) - mean) - mean_lo;
+  }
 };
 
 // Statistics of one row x[0, d).
@@ -49,14 +58,27 @@ ld_row_stats exact_row_stats(norm_kind kind, const S* x, Eigen::Index d, ld eps)
   if (kind == norm_kind::layer) {
     for (Eigen::Index j = 0; j < d; ++j) s.mean += static_cast<ld>(x[j]);
     s.mean /= static_cast<ld>(d);
+    for (Eigen::Index j = 0; j < d; ++j) s.mean_lo += static_cast<ld>(x[j]) - s.mean;
+    s.mean_lo /= static_cast<ld>(d);
+    if (!std::isfinite(s.mean_lo)) s.mean_lo = 0;  // an Inf or NaN row: mean says it all
   }
   for (Eigen::Index j = 0; j < d; ++j) {
-    const ld c = static_cast<ld>(x[j]) - s.mean;
+    const ld c = s.centred(x[j]);
     s.var += c * c;
   }
   s.var /= static_cast<ld>(d);
   s.rstd = 1.0L / std::sqrt(s.var + eps);
   return s;
+}
+
+// max_j |xhat_j| of one row: the scale of the error each xhat_j carries (a few roundings of the
+// row's centring and rstd), and so of its share of dγ.
+template <class S>
+ld largest_xhat(const ld_row_stats& s, const S* x, Eigen::Index d) {
+  ld largest = 0;
+  for (Eigen::Index j = 0; j < d; ++j)
+    largest = std::max(largest, std::abs(s.centred(x[j]) * s.rstd));
+  return largest;
 }
 
 // y[0, d) of one row; gamma, beta: d values or nullptr (1 and 0).
@@ -67,7 +89,7 @@ ld_row_stats exact_row_forward(norm_kind kind, const S* x, Eigen::Index d, const
   for (Eigen::Index j = 0; j < d; ++j) {
     const ld g = gamma ? static_cast<ld>(gamma[j]) : 1.0L;
     const ld b = beta ? static_cast<ld>(beta[j]) : 0.0L;
-    y[j] = g * ((static_cast<ld>(x[j]) - s.mean) * s.rstd) + b;
+    y[j] = g * (s.centred(x[j]) * s.rstd) + b;
   }
   return s;
 }
@@ -80,7 +102,7 @@ template <class S, class P>
 void exact_row_backward(norm_kind kind, const S* x, const S* dy, Eigen::Index d, const P* gamma,
                         ld eps, ld* dx, ld* dgamma, ld* dbeta, ld* dx_scale = nullptr) {
   const ld_row_stats s = exact_row_stats(kind, x, d, eps);
-  auto xhat = [&](Eigen::Index j) { return (static_cast<ld>(x[j]) - s.mean) * s.rstd; };
+  auto xhat = [&](Eigen::Index j) { return s.centred(x[j]) * s.rstd; };
   auto g = [&](Eigen::Index j) {
     return static_cast<ld>(dy[j]) * (gamma ? static_cast<ld>(gamma[j]) : 1.0L);
   };

@@ -215,7 +215,9 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(
     if (std::isfinite(mean0)) {
       const auto [shift, rstd] =
           scaled_moments(d, eps, [&](index j) { return load_as<double>(x[j]) - hi; });
-      return {{hi + shift, rstd}, row_centre<C>(hi + shift), true};
+      // The centre keeps shift apart from hi, as above: hi + shift rounded to one double would
+      // move every x − mean by up to half an ulp of the mean.
+      return {{hi + shift, rstd}, row_centre<C>(hi, shift), true};
     }
     // NaN or ±Inf in the row: IEEE arithmetic carries it to every output of the row.
     return {{mean, 1.0 / std::sqrt(sum_cc * inv_d + eps)}, centre, true};
@@ -736,6 +738,21 @@ inline std::size_t streamed_dx_min_bytes() {
   return amd_cpu() ? std::max(next_vjp_row_min_bytes, streaming_min_bytes) : next_vjp_row_min_bytes;
 }
 
+// The centre of a double row in the backward. Its saved mean is the true mean rounded to double,
+// off by up to half an ulp of the mean, and that error times rstd moves every xhat: 1e-8 of dx on
+// a row of 1e8 + N(0, 1). Where |mean|·rstd > 16 (an offset past 16 standard deviations, where
+// the error can pass a few ulps of xhat) the row is summed once more, lo = Σ(x − mean)/d, and kept
+// beside the mean as the forward keeps hi + lo: x − mean is exact by Sterbenz's lemma for every x
+// within a factor 2 of the mean, which on such a row is nearly all of them. float rows need none:
+// a double mean holds 29 bits more than their centring can use.
+template <class T>
+row_centre<double> corrected_centre(const T* x, index d, row_stats s) {
+  if (!(std::abs(s.mean) * s.rstd > 16)) return row_centre<double>(s.mean);  // also NaN, Inf
+  const double sum_c = simd::row_sums<double, 1>(
+      d, [&](index j, auto tag) { return std::array{simd::load<double>(x + j, tag) - s.mean}; })[0];
+  return row_centre<double>(s.mean, sum_c / static_cast<double>(d));
+}
+
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
 // rows rather than once per row (their read-modify-write is most of the stores of a row), and
 // so that the R rows' reductions overlap. Row r: x[r], dy[r], stats s[r], writes dx[r] (+ ds[r]).
@@ -778,8 +795,14 @@ RESNORM_WIDE_VECTORS void norm_group_vjp(const row_group<T, R>& rows, index d,
     C rstd = 0, lo_rstd = 0, a = 0, b = 0, g_scale = 1, out_scale = 0;
   };
   auto constants_of = [&](int r) {
-    const row_centre<C> centre(rows.s[r].mean);
     const C rstd = static_cast<C>(rows.s[r].rstd);
+    const row_centre<C> centre = [&] {
+      if constexpr (Centred && std::is_same_v<C, double>) {
+        return corrected_centre(rows.x[r], d, rows.s[r]);
+      } else {
+        return row_centre<C>(rows.s[r].mean);
+      }
+    }();
     return row_constants{centre, rstd, -(centre.lo * rstd), C(0), C(0), C(1), rstd};
   };
   // Built entry by entry rather than default-constructed and assigned: the default
