@@ -53,6 +53,20 @@ constexpr double offset_tolerance = 1e-5;
 const std::vector<Eigen::Index> row_counts = {0, 1, 3, 37};
 const std::vector<Eigen::Index> dims = {1, 2, 5, 17, 1000, 4099};
 
+// Each value of both signs and one ulp either side of it, then NaN and the infinities: the
+// edges of a range test.
+std::vector<double> values_around(const std::vector<double>& values) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> out;
+  for (double v : values) {
+    for (double s : {v, -v}) {
+      out.insert(out.end(), {s, std::nextafter(s, -inf), std::nextafter(s, inf)});
+    }
+  }
+  out.insert(out.end(), {std::numeric_limits<double>::quiet_NaN(), inf, -inf});
+  return out;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("layer_norm kernel forward: matches the long-double loops",
@@ -222,25 +236,13 @@ TEST_CASE("layer_norm kernel: the float backward keeps rows whose mean rounds in
 TEST_CASE("layer_norm kernel: the float backward checks a group's range as row by row",
           "[layer_norm][kernel][vjp]") {
   namespace k = resnorm::kernels;
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
-  auto around = [](std::vector<double> values) {
-    std::vector<double> out;
-    for (double v : values) {
-      for (double s : {v, -v}) {
-        out.insert(out.end(), {s, std::nextafter(s, -inf), std::nextafter(s, inf)});
-      }
-    }
-    out.insert(out.end(), {nan, inf, -inf});
-    return out;
-  };
   // Bounds: |mean| ≤ 2^127 and mean ≥ 2^-102 or held exactly (2^-110 is a float; 2^-110 +
   // 2^-170 leaves a rest below float's subnormals); 2^-100 ≤ rstd ≤ 2^100; sums 0 or in
   // [2^-100, 2^100].
   const std::vector<double> means =
-      around({0.0, 1.0, 0x1p127, 0x1p-102, 0x1p-110, 0x1p-110 + 0x1p-170, 1e300});
-  const std::vector<double> rstds = around({0.0, 1.0, 0x1p100, 0x1p-100, 1e-300});
-  const std::vector<double> sums = around({0.0, 1.0, 0x1p100, 0x1p-100, 1e-40, 3.5});
+      values_around({0.0, 1.0, 0x1p127, 0x1p-102, 0x1p-110, 0x1p-110 + 0x1p-170, 1e300});
+  const std::vector<double> rstds = values_around({0.0, 1.0, 0x1p100, 0x1p-100, 1e-300});
+  const std::vector<double> sums = values_around({0.0, 1.0, 0x1p100, 0x1p-100, 1e-40, 3.5});
   struct row {
     k::row_stats s;
     double sum_g, sum_gx;
@@ -289,6 +291,71 @@ TEST_CASE("layer_norm kernel: the float backward checks a group's range as row b
   // The values reach both answers (a check that cannot fail would not).
   CHECK(out_of_range > 0);
   CHECK(out_of_range < odd_rows);
+}
+
+// layer_norm_group_one_pass_moments (8 rows in AVX-512 double lanes, the narrow forward's
+// groups) gives, for every group, the answer of layer_norm_one_pass_moments on each row: held
+// only where all 8 rows hold, and then the same bits of mean, rstd, hi and lo. The sums are drawn
+// from values at and around each test's bound (finite, square range, cancellation, the float
+// products' 2^200), zeros, NaN and the infinities, with eps from 0 to past eps_dominates.
+TEMPLATE_TEST_CASE("layer_norm kernel: 8 rows' moments at once equal the rows' own",
+                   "[layer_norm][kernel][forward]", float, double) {
+#if defined(__AVX512F__)
+  namespace k = resnorm::kernels;
+  using C = TestType;
+  constexpr Eigen::Index d = 64;
+  const double min_square_sum = k::square_range<C>::min_mean_square * d;
+  const std::vector<double> sum_c = values_around({0.0, 1.0, 8.0, 1e30, 1e300, 0x1p-80});
+  const std::vector<double> sum_cc =
+      values_around({0.0, 1.0, 64.0, 1.0 / 64, min_square_sum, 1e38, 1e300, 0x1p200});
+  const std::vector<C> origins = {C(0), C(1), C(-3.5), C(1e20), C(1e-30)};
+  const std::vector<double> epsilons = {0.0, 1e-5, 1e-300, 0x1p-900, 1.0};
+  std::mt19937_64 draw(11);
+  auto pick = [&](const auto& v) {
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(draw)];
+  };
+  // An ordinary row (held) as the default, so that groups with one odd row are frequent.
+  const std::array<double, 2> ordinary{3.0, 70.0};
+  int mismatches = 0, groups_held = 0, groups_refused = 0;
+  for (int n = 0; n < 200000; ++n) {
+    const double eps = pick(epsilons);
+    std::array<C, 8> origin;
+    std::array<std::array<double, 2>, 8> sums;
+    const int odd = n % 3 == 0 ? 8 : 1 + n % 3;  // how many rows are drawn, the rest ordinary
+    for (std::size_t r = 0; r < 8; ++r) {
+      origin[r] = pick(origins);
+      sums[r] = static_cast<int>(r) < odd ? std::array{pick(sum_c), pick(sum_cc)} : ordinary;
+    }
+    std::shuffle(sums.begin(), sums.end(), draw);
+    bool expected = true;
+    std::array<k::layer_norm_moments_t<C>, 8> alone;
+    for (std::size_t r = 0; r < 8; ++r) {
+      alone[r] = k::layer_norm_one_pass_moments<C>(origin[r], d, eps, sums[r]);
+      expected = expected && alone[r].in_range;
+    }
+    std::array<double, 8> mean, rstd;
+    std::array<C, 8> hi, lo;
+    const bool held =
+        k::layer_norm_group_one_pass_moments<C>(origin, d, eps, sums, mean, rstd, hi, lo);
+    bool same = held == expected;
+    if (same && held) {
+      for (std::size_t r = 0; r < 8; ++r) {
+        same = same && same_bits(&mean[r], &alone[r].stats.mean, 1) &&
+               same_bits(&rstd[r], &alone[r].stats.rstd, 1) &&
+               same_bits(&hi[r], &alone[r].centre.hi, 1) &&
+               same_bits(&lo[r], &alone[r].centre.lo, 1);
+      }
+    }
+    mismatches += !same;
+    (held ? groups_held : groups_refused) += 1;
+  }
+  CHECK(mismatches == 0);
+  // Both answers reached (a check that cannot fail would not).
+  CHECK(groups_held > 1000);
+  CHECK(groups_refused > 1000);
+#else
+  SUCCEED("no AVX-512 in this build: the groups take the rows' own moments");
+#endif
 }
 
 // The one-pass moments sum about the mean of a row's first origin_elements values. A row whose

@@ -3,6 +3,10 @@
 // float storage, and the argument checks.
 #include "resnorm/kernels/rms_norm_kernel.hpp"
 
+#include <array>
+#include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "reference/norm_kernel_reference.hpp"
@@ -18,6 +22,7 @@ using resnorm_test::max_abs;
 using resnorm_test::max_abs_diff;
 using resnorm_test::random_matrix;
 using resnorm_test::random_vector;
+using resnorm_test::same_bits;
 
 // Relative tolerance against long double, times max(1, max|reference|): a few roundings per
 // output in the compute type plus sums of up to ~4000 terms in 64 float lanes; a wrong term is
@@ -111,4 +116,62 @@ TEST_CASE("rms_norm kernel: arguments are checked", "[rms_norm][kernel][errors]"
   REQUIRE_THROWS_MATCHES(resnorm::rms_norm_forward_into<float>(x, gamma, 1e-6, y, rstd2),
                          std::invalid_argument,
                          resnorm_test::message_contains("gamma has 5 elements, x has 4 columns"));
+}
+
+// rms_norm_group_moments (8 rows in AVX-512 double lanes, the narrow forward's groups) answers
+// as the rows' own rms_norm_moments do: in range only where all 8 rows' Σx² are (finite, and in
+// square_range unless eps dominates), and then the same bits of rstd. Σx² drawn from values at
+// and around square_range's bound, zeros, NaN and the infinities.
+TEMPLATE_TEST_CASE("rms_norm kernel: 8 rows' moments at once equal the rows' own",
+                   "[rms_norm][kernel]", float, double) {
+#if defined(__AVX512F__)
+  namespace k = resnorm::kernels;
+  using C = TestType;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr Eigen::Index d = 64;
+  const double bound = k::square_range<C>::min_mean_square * d;
+  std::vector<double> sums_xx = {nan, inf, -inf};
+  for (double v : {0.0, 1.0, 64.0, bound, 1e38, 1e300, std::numeric_limits<double>::max()}) {
+    sums_xx.insert(sums_xx.end(), {v, std::nextafter(v, -inf), std::nextafter(v, inf)});
+  }
+  const std::vector<double> epsilons = {0.0, 1e-5, 1e-300, 0x1p-900, 1.0};
+  std::mt19937_64 draw(13);
+  auto pick = [&](const auto& v) {
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(draw)];
+  };
+  const double inv_d = 1.0 / static_cast<double>(d);
+  int mismatches = 0, groups_held = 0, groups_refused = 0;
+  for (int n = 0; n < 100000; ++n) {
+    const double eps = pick(epsilons);
+    std::array<std::array<double, 1>, 8> sums;
+    const int odd = n % 2 == 0 ? 8 : 1;  // rows drawn; the others ordinary (Σx² = 70)
+    for (std::size_t r = 0; r < 8; ++r) {
+      sums[r] = {static_cast<int>(r) < odd ? pick(sums_xx) : 70.0};
+    }
+    std::shuffle(sums.begin(), sums.end(), draw);
+    bool expected = true;
+    for (const auto& sum : sums) {
+      expected = expected && k::square_range<C>::handles(sum[0], inv_d, eps);
+    }
+    std::array<double, 8> rstd;
+    const bool held = k::rms_norm_group_moments<C>(d, eps, sums, rstd.data());
+    bool same = held == expected;
+    if (same && held) {
+      for (std::size_t r = 0; r < 8; ++r) {
+        // In range, rms_norm_moments reads no x.
+        const double alone = k::rms_norm_moments<C, C>(nullptr, d, eps, sums[r][0]).rstd;
+        same = same && same_bits(&rstd[r], &alone, 1);
+      }
+    }
+    mismatches += !same;
+    (held ? groups_held : groups_refused) += 1;
+  }
+  CHECK(mismatches == 0);
+  // Both answers reached (a check that cannot fail would not).
+  CHECK(groups_held > 1000);
+  CHECK(groups_refused > 1000);
+#else
+  SUCCEED("no AVX-512 in this build: the groups take the rows' own moments");
+#endif
 }

@@ -98,6 +98,17 @@ struct square_range {
     return std::isfinite(square_sum) &&
            (square_sum * inv_d >= min_mean_square || eps >= eps_dominates);
   }
+#if defined(__AVX512F__)
+  // handles() of 8 rows at once, bit r for lane r: their sums of squares and those times inv_d.
+  static __mmask8 handles_each(simd::vec<double, 8> square_sum, simd::vec<double, 8> mean_square,
+                               double eps) {
+    // Ordered compares: false for NaN, as isfinite and >= are.
+    const __mmask8 finite = _mm512_cmp_pd_mask(
+        _mm512_abs_pd(square_sum), _mm512_set1_pd(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+    if (eps >= eps_dominates) return finite;
+    return finite & _mm512_cmp_pd_mask(mean_square, _mm512_set1_pd(min_mean_square), _CMP_GE_OQ);
+  }
+#endif
 };
 
 // The moments of a double row outside square_range: each value v_j is scaled by 2^-e (2^e the
@@ -276,14 +287,72 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_one_pass_moments(
   const auto [sum_c, sum_cc] = sums;
   const double inv_d = 1.0 / static_cast<double>(d);
   const double delta = sum_c * inv_d;
-  const double var = sum_cc * inv_d - delta * delta;
+  // One operation per statement, so that no compiler fuses them (clang fuses a·b − c·d within
+  // one expression): layer_norm_group_one_pass_moments computes the same bits 8 rows at a time.
+  const double mean_square = sum_cc * inv_d;
+  const double delta_square = delta * delta;
+  const double var = mean_square - delta_square;
   const bool held = std::isfinite(delta) && square_range<C>::handles(sum_cc, inv_d, eps) &&
-                    delta * delta <= var && centred_products_fit<C>(sum_cc, var + eps);
+                    delta_square <= var && centred_products_fit<C>(sum_cc, var + eps);
   // eps inside the square root, as in the definition.
   return {{static_cast<double>(origin) + delta, 1.0 / std::sqrt(var + eps)},
           row_centre<C>(origin, static_cast<C>(delta)),
           held};
 }
+
+// layer_norm_one_pass_moments of 8 rows at once, in AVX-512 double lanes (row r in lane r): the
+// same operations, so the same bits and the same answer to whether the pass holds, without 8
+// scalar square roots, divisions and chains of range tests. Fills mean, rstd, hi and lo and
+// returns true where all 8 rows hold; false where any does not (the caller redoes the group row
+// by row, as it does when a scalar call says so). Narrow rows spend a large share of their time
+// here: 8192 x 64 float forward ran 1.148x faster with the moments stubbed out.
+#if defined(__AVX512F__)
+template <class C>
+RESNORM_SIMD_INLINE bool layer_norm_group_one_pass_moments(
+    const std::array<C, 8>& origin, index d, double eps,
+    const std::array<std::array<double, 2>, 8>& sums, std::array<double, 8>& mean,
+    std::array<double, 8>& rstd, std::array<C, 8>& hi, std::array<C, 8>& lo) {
+  using v8d = simd::vec<double, 8>;
+  using v8c = simd::vec<C, 8>;
+  v8d sum_c, sum_cc, origin_d;
+  for (int r = 0; r < 8; ++r) {
+    sum_c[r] = sums[static_cast<std::size_t>(r)][0];
+    sum_cc[r] = sums[static_cast<std::size_t>(r)][1];
+    origin_d[r] = static_cast<double>(origin[static_cast<std::size_t>(r)]);
+  }
+  const double inv_d = 1.0 / static_cast<double>(d);
+  const v8d delta = sum_c * inv_d;
+  const v8d mean_square = sum_cc * inv_d;
+  const v8d delta_square = delta * delta;
+  const v8d var = mean_square - delta_square;
+  const v8d var_plus_eps = var + eps;
+  // Every compare ordered (false for NaN) unless marked, as the scalar tests are written.
+  const __mmask8 finite_delta = _mm512_cmp_pd_mask(
+      _mm512_abs_pd(delta), _mm512_set1_pd(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+  const __mmask8 squares_in_range = square_range<C>::handles_each(sum_cc, mean_square, eps);
+  const __mmask8 not_cancelled = _mm512_cmp_pd_mask(delta_square, var, _CMP_LE_OQ);
+  __mmask8 products_fit = 0xff;
+  if constexpr (std::is_same_v<C, float>) {
+    // centred_products_fit: !(Σc² > 2^200·(var + eps)), true for NaN (unordered).
+    const v8d bound = var_plus_eps * 0x1p200;
+    products_fit = _mm512_cmp_pd_mask(sum_cc, bound, _CMP_NGT_UQ);
+  }
+  const __mmask8 held = finite_delta & squares_in_range & not_cancelled & products_fit;
+  // (maskz: GCC 12's _mm512_sqrt_pd trips -Wuninitialized on its undefined pass-through.)
+  const v8d root = _mm512_maskz_sqrt_pd(__mmask8(0xff), var_plus_eps);
+  const v8d inverse = 1.0 / root;
+  const v8d centre = origin_d + delta;
+  const v8c delta_c = __builtin_convertvector(delta, v8c);
+  for (int r = 0; r < 8; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    mean[i] = centre[r];
+    rstd[i] = inverse[r];
+    hi[i] = origin[i];
+    lo[i] = delta_c[r];
+  }
+  return held == 0xff;
+}
+#endif
 
 // One pass about the row's origin; the corrected two passes where that does not hold.
 template <class C, class T>
@@ -602,13 +671,20 @@ RESNORM_WIDE_VECTORS void layer_norm_group_forward(const T* const* x, index d,
   std::array<double, R> mean, rstd;
   std::array<C, R> hi, lo;
   bool held = true;
-  for (int r = 0; r < R; ++r) {
-    const layer_norm_moments_t<C> m = layer_norm_one_pass_moments<C>(origin[r], d, eps, sums[r]);
-    mean[r] = m.stats.mean;
-    rstd[r] = m.stats.rstd;
-    hi[r] = m.centre.hi;
-    lo[r] = m.centre.lo;
-    held = held && m.in_range;
+#if defined(__AVX512F__)
+  if constexpr (R == 8) {
+    held = layer_norm_group_one_pass_moments<C>(origin, d, eps, sums, mean, rstd, hi, lo);
+  } else
+#endif
+  {
+    for (int r = 0; r < R; ++r) {
+      const layer_norm_moments_t<C> m = layer_norm_one_pass_moments<C>(origin[r], d, eps, sums[r]);
+      mean[r] = m.stats.mean;
+      rstd[r] = m.stats.rstd;
+      hi[r] = m.centre.hi;
+      lo[r] = m.centre.lo;
+      held = held && m.in_range;
+    }
   }
   if (!held) {
     for (int r = 0; r < R; ++r) {

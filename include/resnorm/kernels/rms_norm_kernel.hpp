@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <limits>
 #include <type_traits>
 
 #include "resnorm/detail/check.hpp"
@@ -57,7 +59,10 @@ template <class C, class T>
 RESNORM_SIMD_INLINE rms_moments rms_norm_moments(const T* x, index d, double eps, double sum_xx) {
   const double inv_d = 1.0 / static_cast<double>(d);
   if (square_range<C>::handles(sum_xx, inv_d, eps)) {
-    return {1.0 / std::sqrt(sum_xx * inv_d + eps), true};
+    // Apart from the sum with eps, so that no compiler fuses the two (rms_norm_group_moments
+    // computes the same bits 8 rows at a time).
+    const double mean_square = sum_xx * inv_d;
+    return {1.0 / std::sqrt(mean_square + eps), true};
   }
   if constexpr (std::is_same_v<C, double>) {
     if (!std::isnan(sum_xx)) {
@@ -191,6 +196,28 @@ RESNORM_WIDE_VECTORS void rms_norm_rows_overlapped(const T* x, index x_stride, T
   }
 }
 
+// rms_norm_moments of 8 rows whose squares C holds, in AVX-512 double lanes (row r in lane r), as
+// layer_norm_group_one_pass_moments does for LayerNorm: the same bits; true where all 8 rows are
+// in square_range, false where any is not (the caller goes row by row, as when a scalar call
+// says so).
+#if defined(__AVX512F__)
+template <class C>
+RESNORM_SIMD_INLINE bool rms_norm_group_moments(index d, double eps,
+                                                const std::array<std::array<double, 1>, 8>& sums,
+                                                double* rstd) {
+  using v8d = simd::vec<double, 8>;
+  v8d sum_xx;
+  for (int r = 0; r < 8; ++r) sum_xx[r] = sums[static_cast<std::size_t>(r)][0];
+  const double inv_d = 1.0 / static_cast<double>(d);
+  const v8d mean_square = sum_xx * inv_d;
+  const __mmask8 in_range = square_range<C>::handles_each(sum_xx, mean_square, eps);
+  // (maskz: GCC 12's _mm512_sqrt_pd trips -Wuninitialized on its undefined pass-through.)
+  const v8d inverse = 1.0 / v8d(_mm512_maskz_sqrt_pd(__mmask8(0xff), mean_square + eps));
+  for (int r = 0; r < 8; ++r) rstd[r] = inverse[r];
+  return in_range == 0xff;
+}
+#endif
+
 // R narrow rows at once, as layer_norm_group_forward does: the R rows' sums of squares (a chain
 // of dependent adds and a square root each) overlap instead of following one another. A group
 // with a row outside C's range is redone row by row (the rows in range keep their bits).
@@ -203,10 +230,17 @@ RESNORM_WIDE_VECTORS void rms_norm_group_forward(const T* const* x, index d,
     return std::array{rms_norm_square_partials<C>(x[I], d)...};
   }(std::make_index_sequence<R>{}));
   bool in_range = true;
-  for (int r = 0; r < R; ++r) {
-    const rms_moments m = rms_norm_moments<C>(x[r], d, eps, sums[r][0]);
-    rstd[r] = m.rstd;
-    in_range = in_range && m.in_range;
+#if defined(__AVX512F__)
+  if constexpr (R == 8) {
+    in_range = rms_norm_group_moments<C>(d, eps, sums, rstd);
+  } else
+#endif
+  {
+    for (int r = 0; r < R; ++r) {
+      const rms_moments m = rms_norm_moments<C>(x[r], d, eps, sums[r][0]);
+      rstd[r] = m.rstd;
+      in_range = in_range && m.in_range;
+    }
   }
   if (!in_range) {
     for (int r = 0; r < R; ++r) {
