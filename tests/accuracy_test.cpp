@@ -548,15 +548,15 @@ namespace {
 // Constant rows (eps > 0): xhat = 0 exactly when the mean is exact, so y = beta bit for bit and
 // dx = rstd·(g − mean(g)), rstd = 1/sqrt(eps).
 template <class S>
-void check_constant_rows(std::initializer_list<double> values) {
+void check_constant_rows(std::initializer_list<double> values, double given_eps = 1e-5) {
   const Index rows = static_cast<Index>(values.size());
-  for (const Index dim : {1, 2, 7, 64}) {
+  for (const Index dim : {1, 2, 3, 5, 7, 64}) {
     const matrix<S> x = rows_of<S>(rows, dim, [&](Index t, Index) { return values.begin()[t]; });
     const vector<S> gamma = random_vector<S>(dim, 41, 0.25, 1.0);
     const vector<S> beta = random_vector<S>(dim, 42);
     const matrix<S> dy = random_matrix<S>(rows, dim, 43);
     const matrix<S> zero = matrix<S>::Zero(rows, dim);
-    const double eps = eps_as_given<S>(1e-5);
+    const double eps = eps_as_given<S>(given_eps);
     for (const path p : {path::layer_norm, path::layer_norm_stats, path::layer_norm_into,
                          path::layer_norm_into_recompute, path::add_layer_norm}) {
       CAPTURE(path_name(p), dim);
@@ -596,6 +596,19 @@ TEST_CASE("accuracy: double constant rows with an exact mean give y = beta",
 TEST_CASE("accuracy: double constant rows of large magnitude give y = beta",
           "[accuracy][layer_norm][add_norm][edge]") {
   check_constant_rows<double>({0.1, 1e30, -7e15, 1e300});
+}
+
+// With a subnormal eps, rstd = 1/sqrt(eps) reaches 2^537: a first mean that misses the row's
+// value by lo (3 or 5 copies of 1.7·2^560 divided by d) would put lo·rstd past double's range,
+// (x − hi)·rstd and lo·rstd overflowing to infinities of opposite signs (y NaN: a fuzz find, kept
+// in tests/fuzz/corpus/add_norm/constant_double_row_tiny_eps). The centre is then hi + lo as one
+// double, the row's value.
+TEST_CASE("accuracy: double constant rows far from 0 with a subnormal eps give y = beta",
+          "[accuracy][layer_norm][add_norm][edge]") {
+  for (const double eps : {1.3e-312, 5e-324}) {
+    CAPTURE(eps);
+    check_constant_rows<double>({0x1.bp560, -0x1.ep600, 0x1.7777777777777p888, 1e30}, eps);
+  }
 }
 
 // ---- NaN and infinities ------------------------------------------------------------------------

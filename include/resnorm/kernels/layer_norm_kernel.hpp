@@ -131,7 +131,12 @@ std::array<double, 2> scaled_moments(index d, double eps, const Value& value) {
   }
   const double inv_d = 1.0 / static_cast<double>(d);
   const double shift = sum * inv_d;
-  const double var = std::max(squares * inv_d - shift * shift, 0.0);
+  // Apart, so that no compiler fuses them into one FMA: on a constant row the two products
+  // round to the same value and var is 0, where an exact Σv²/d less a rounded shift² leaves a
+  // residue that would stand in for eps.
+  const double mean_square = squares * inv_d;
+  const double shift_square = shift * shift;
+  const double var = std::max(mean_square - shift_square, 0.0);
   // var + eps in units of 2^(2e). If eps does not fit those units it swamps var; if var is 0
   // (a constant row) eps alone counts, even where it underflows those units.
   const double eps_scaled = std::ldexp(eps, -2 * e);
@@ -156,6 +161,16 @@ bool centred_products_fit(double sum_cc, double var_plus_eps) {
   } else {
     return true;
   }
+}
+
+// The centre for the apply, whose products are (x − hi)·rstd and lo·rstd, in double. Where
+// lo·rstd leaves the range, as on a constant row far from 0 with a tiny eps (var = 0, rstd =
+// 1/sqrt(eps) up to 2^537, lo the first mean's miss of the row's value: 2^560 + 0 x N(0, 1) with
+// eps = 1e-312), the two products overflow to infinities of opposite signs and y would be NaN
+// where it is β: there hi + lo rounded to one double, the row's value itself, so that x − mean is
+// exactly 0. (float rows ask centred_products_fit and go to double instead.)
+inline row_centre<double> fitted_centre(double hi, double lo, double rstd) {
+  return std::isfinite(lo * rstd) ? row_centre<double>(hi, lo) : row_centre<double>(hi + lo);
 }
 
 template <class C>
@@ -216,10 +231,18 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(
   const row_centre<C> centre(hi, static_cast<C>(delta));
   const double mean = static_cast<double>(hi) + delta;
   if (std::isfinite(mean0) && square_range<C>::handles(sum_cc, inv_d, eps)) {
-    const double var = std::max(sum_cc * inv_d - delta * delta, 0.0);
+    // Apart, as in scaled_moments and the one pass: no FMA.
+    const double mean_square = sum_cc * inv_d;
+    const double delta_square = delta * delta;
+    const double var = std::max(mean_square - delta_square, 0.0);
     // eps inside the square root, as in the definition.
     if (centred_products_fit<C>(sum_cc, var + eps)) {
-      return {{mean, 1.0 / std::sqrt(var + eps)}, centre, true};
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      if constexpr (std::is_same_v<C, double>) {
+        return {{mean, rstd}, fitted_centre(hi, delta, rstd), true};
+      } else {
+        return {{mean, rstd}, centre, true};
+      }
     }
   }
   if constexpr (std::is_same_v<C, double>) {
@@ -228,7 +251,7 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(
           scaled_moments(d, eps, [&](index j) { return load_as<double>(x[j]) - hi; });
       // The centre keeps shift apart from hi, as above: hi + shift rounded to one double would
       // move every x − mean by up to half an ulp of the mean.
-      return {{hi + shift, rstd}, row_centre<C>(hi, shift), true};
+      return {{hi + shift, rstd}, fitted_centre(hi, shift, rstd), true};
     }
     // NaN or ±Inf in the row: IEEE arithmetic carries it to every output of the row.
     return {{mean, 1.0 / std::sqrt(sum_cc * inv_d + eps)}, centre, true};
@@ -292,10 +315,13 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_one_pass_moments(
   const double mean_square = sum_cc * inv_d;
   const double delta_square = delta * delta;
   const double var = mean_square - delta_square;
-  const bool held = std::isfinite(delta) && square_range<C>::handles(sum_cc, inv_d, eps) &&
-                    delta_square <= var && centred_products_fit<C>(sum_cc, var + eps);
   // eps inside the square root, as in the definition.
-  return {{static_cast<double>(origin) + delta, 1.0 / std::sqrt(var + eps)},
+  const double rstd = 1.0 / std::sqrt(var + eps);
+  bool held = std::isfinite(delta) && square_range<C>::handles(sum_cc, inv_d, eps) &&
+              delta_square <= var && centred_products_fit<C>(sum_cc, var + eps);
+  // A double centre whose lo·rstd overflows takes the two passes' fitted_centre.
+  if constexpr (std::is_same_v<C, double>) held = held && std::isfinite(delta * rstd);
+  return {{static_cast<double>(origin) + delta, rstd},
           row_centre<C>(origin, static_cast<C>(delta)),
           held};
 }
@@ -337,10 +363,15 @@ RESNORM_SIMD_INLINE bool layer_norm_group_one_pass_moments(
     const v8d bound = var_plus_eps * 0x1p200;
     products_fit = _mm512_cmp_pd_mask(sum_cc, bound, _CMP_NGT_UQ);
   }
-  const __mmask8 held = finite_delta & squares_in_range & not_cancelled & products_fit;
   // (maskz: GCC 12's _mm512_sqrt_pd trips -Wuninitialized on its undefined pass-through.)
   const v8d root = _mm512_maskz_sqrt_pd(__mmask8(0xff), var_plus_eps);
   const v8d inverse = 1.0 / root;
+  __mmask8 held = finite_delta & squares_in_range & not_cancelled & products_fit;
+  if constexpr (std::is_same_v<C, double>) {
+    // As the scalar pass: a centre whose lo·rstd overflows is not held.
+    held &= _mm512_cmp_pd_mask(_mm512_abs_pd(delta * inverse),
+                               _mm512_set1_pd(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+  }
   const v8d centre = origin_d + delta;
   const v8c delta_c = __builtin_convertvector(delta, v8c);
   for (int r = 0; r < 8; ++r) {
@@ -826,7 +857,7 @@ row_centre<double> corrected_centre(const T* x, index d, row_stats s) {
   if (!(std::abs(s.mean) * s.rstd > 16)) return row_centre<double>(s.mean);  // also NaN, Inf
   const double sum_c = simd::row_sums<double, 1>(
       d, [&](index j, auto tag) { return std::array{simd::load<double>(x + j, tag) - s.mean}; })[0];
-  return row_centre<double>(s.mean, sum_c / static_cast<double>(d));
+  return fitted_centre(s.mean, sum_c / static_cast<double>(d), s.rstd);
 }
 
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
