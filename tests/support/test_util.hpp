@@ -3,6 +3,8 @@
 //   max_abs_diff(a, b), max_abs(a)        worst entry, in double, of any two Eigen objects
 //   max_rel_diff(a, b)                    max |a − b| relative to max |b|
 //   same_bits(a, b, n)                    n elements at a and b bitwise equal
+//   values_around(values)                 each value, its negation, one ulp either side; NaN, ±inf
+//   group_tally, check_group_tally(t)     a vectorised group against its rows one by one
 //   vec(m), unvec(v, rows, cols)          row-major flattening, as Jacobians index it
 //   random_matrix<S>(rows, cols, seed)    seeded N(mean, std²) entries via resnorm::random_normal
 //   check_derivatives(f, x, tolerance)    jacobian() vs finite differences, vjp vs Jᵀu,
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <type_traits>
 #include <vector>
 
@@ -35,6 +38,44 @@ using dvector = resnorm::vector<double>;
 template <class S>
 bool same_bits(const S* a, const S* b, index n) {
   return n == 0 || std::memcmp(a, b, sizeof(S) * static_cast<std::size_t>(n)) == 0;
+}
+
+// Each value of both signs and one ulp either side of it, then NaN and the infinities: the
+// edges of a range test.
+inline std::vector<double> values_around(const std::vector<double>& values) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> out;
+  for (double v : values) {
+    for (double s : {v, -v}) {
+      out.insert(out.end(), {s, std::nextafter(s, -inf), std::nextafter(s, inf)});
+    }
+  }
+  out.insert(out.end(), {std::numeric_limits<double>::quiet_NaN(), inf, -inf});
+  return out;
+}
+
+// An element of v drawn uniformly.
+template <class V>
+const typename V::value_type& pick(const V& v, std::mt19937_64& draw) {
+  return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(draw)];
+}
+
+// The tally of a vectorised group's answers (all rows held, or refused to the rows' own path)
+// against the rows' answers one by one.
+struct group_tally {
+  int mismatches = 0, held = 0, refused = 0;
+  void add(bool same, bool group_held) {
+    mismatches += !same;
+    (group_held ? held : refused) += 1;
+  }
+};
+
+// No mismatch, and both answers reached often: a comparison that only ever saw one answer
+// could not fail on the other.
+inline void check_group_tally(const group_tally& tally, int at_least = 1000) {
+  CHECK(tally.mismatches == 0);
+  CHECK(tally.held > at_least);
+  CHECK(tally.refused > at_least);
 }
 
 // The first 64-byte (cache line) boundary in buffer, where the streamed kernels' tests place

@@ -83,6 +83,15 @@ struct row_centre {
   }
 };
 
+#if defined(__AVX512F__)
+// Bit r set where lane r of v is finite: an ordered compare of |v| with the largest double is
+// false for NaN and ±Inf alike, as std::isfinite is.
+inline __mmask8 finite_lanes(simd::vec<double, 8> v) {
+  return _mm512_cmp_pd_mask(_mm512_abs_pd(v), _mm512_set1_pd(std::numeric_limits<double>::max()),
+                            _CMP_LE_OQ);
+}
+#endif
+
 // The thresholds within which C arithmetic computes a row's variance to full precision: the
 // mean of the squares must neither overflow nor sink towards C's subnormals (where squares lose
 // their low bits), unless eps is large enough to swamp whatever was lost.
@@ -103,8 +112,7 @@ struct square_range {
   static __mmask8 handles_each(simd::vec<double, 8> square_sum, simd::vec<double, 8> mean_square,
                                double eps) {
     // Ordered compares: false for NaN, as isfinite and >= are.
-    const __mmask8 finite = _mm512_cmp_pd_mask(
-        _mm512_abs_pd(square_sum), _mm512_set1_pd(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+    const __mmask8 finite = finite_lanes(square_sum);
     if (eps >= eps_dominates) return finite;
     return finite & _mm512_cmp_pd_mask(mean_square, _mm512_set1_pd(min_mean_square), _CMP_GE_OQ);
   }
@@ -353,8 +361,7 @@ RESNORM_SIMD_INLINE bool layer_norm_group_one_pass_moments(
   const v8d var = mean_square - delta_square;
   const v8d var_plus_eps = var + eps;
   // Every compare ordered (false for NaN) unless marked, as the scalar tests are written.
-  const __mmask8 finite_delta = _mm512_cmp_pd_mask(
-      _mm512_abs_pd(delta), _mm512_set1_pd(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+  const __mmask8 finite_delta = finite_lanes(delta);
   const __mmask8 squares_in_range = square_range<C>::handles_each(sum_cc, mean_square, eps);
   const __mmask8 not_cancelled = _mm512_cmp_pd_mask(delta_square, var, _CMP_LE_OQ);
   __mmask8 products_fit = 0xff;
@@ -369,8 +376,7 @@ RESNORM_SIMD_INLINE bool layer_norm_group_one_pass_moments(
   __mmask8 held = finite_delta & squares_in_range & not_cancelled & products_fit;
   if constexpr (std::is_same_v<C, double>) {
     // As the scalar pass: a centre whose lo·rstd overflows is not held.
-    held &= _mm512_cmp_pd_mask(_mm512_abs_pd(delta * inverse),
-                               _mm512_set1_pd(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+    held &= finite_lanes(delta * inverse);
   }
   const v8d centre = origin_d + delta;
   const v8c delta_c = __builtin_convertvector(delta, v8c);
