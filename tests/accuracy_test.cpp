@@ -550,7 +550,7 @@ namespace {
 template <class S>
 void check_constant_rows(std::initializer_list<double> values, double given_eps = 1e-5) {
   const Index rows = static_cast<Index>(values.size());
-  for (const Index dim : {1, 2, 3, 5, 7, 64}) {
+  for (const Index dim : {1, 2, 3, 5, 7, 49, 64}) {
     const matrix<S> x = rows_of<S>(rows, dim, [&](Index t, Index) { return values.begin()[t]; });
     const vector<S> gamma = random_vector<S>(dim, 41, 0.25, 1.0);
     const vector<S> beta = random_vector<S>(dim, 42);
@@ -608,6 +608,19 @@ TEST_CASE("accuracy: double constant rows far from 0 with a subnormal eps give y
   for (const double eps : {1.3e-312, 5e-324}) {
     CAPTURE(eps);
     check_constant_rows<double>({0x1.bp560, -0x1.ep600, 0x1.7777777777777p888, 1e30}, eps);
+  }
+}
+
+// A first mean that misses the row's value by u leaves every c = x − hi equal to u. Σc/d and
+// Σc²/d multiplied by a rounded 1/d gave var = the rounding of u² (2^-725 for 6.08e-86 at
+// d = 49), which outweighed a tiny eps: rstd 2^362 for 2^509, and y = β·(1 + 1.5e-8) (a fuzz
+// find, kept in tests/fuzz/corpus/add_norm/find_double_constant_row_missed_mean). Divided by d,
+// they give u and u² exactly, var = 0.
+TEST_CASE("accuracy: double constant rows whose first mean misses their value give y = beta",
+          "[accuracy][layer_norm][add_norm][edge]") {
+  for (const double eps : {1.8e-307, 1e-200, 1e-60}) {
+    CAPTURE(eps);
+    check_constant_rows<double>({0x1.e412e4545p-284, 0.1, -1.0 / 3, 6.02214076e23}, eps);
   }
 }
 
@@ -826,6 +839,41 @@ TEST_CASE("accuracy: double rows whose sums of gamma·dy overflow double keep dx
     CHECK(e.y <= tol);
     CHECK(e.dx <= tol);
     CHECK(e.dgamma <= tol + T * eps_double * 2);
+  }
+}
+
+// A row far from 0 against its spread, whose eps outweighs its variance: xhat is tiny (3e-7
+// here), and the saved mean's rounding, half an ulp of 0.01, moves it by 1e-9 of itself, which
+// |mean|·rstd (0.01·316) does not show. The double backward sums Σ(x − mean)/d on every row and
+// centres on mean + that rest (a fuzz find on a row of 1.1e-37 with spread 5e-44, eps 1.1e-42:
+// tests/fuzz/corpus/layer_norm/find_double_eps_outweighs_spread_mean_ulp).
+TEST_CASE("accuracy: double rows whose eps outweighs their variance keep dgamma, far from 0",
+          "[accuracy][layer_norm][add_norm][edge]") {
+  const Index T = 4, dim = 55;
+  struct rows_case {
+    double offset, spread, eps;
+  };
+  for (const rows_case c :
+       {rows_case{0.01, 1e-9, 1e-5}, rows_case{0x1.3373cfc229e79p-124, 5e-44, 1.1e-42}}) {
+    CAPTURE(c.offset, c.spread, c.eps);
+    const double eps = c.eps;
+    const matrix<double> n = random_matrix<double>(T, dim, 121);
+    const matrix<double> x =
+        rows_of<double>(T, dim, [&](Index t, Index j) { return c.offset + c.spread * n(t, j); });
+    const matrix<double> dy = random_matrix<double>(T, dim, 122);
+    const matrix<double> ds = random_matrix<double>(T, dim, 123);
+    const vector<double> gamma = random_vector<double>(dim, 124, 0.25, 1.0);
+    const vector<double> beta = random_vector<double>(dim, 125);
+    for (const path p : all_paths) {
+      if (kind_of(p) != norm_kind::layer) continue;
+      CAPTURE(path_name(p));
+      const norm_run<double> r = run_path<double>(p, x, x, dy, ds, gamma, beta, eps);
+      const norm_errors e = measure(p, r, dy, ds, gamma, beta, eps);
+      const double tol = base_tolerance<double>(p);
+      CHECK(e.y <= tol);
+      CHECK(e.dx <= tol);
+      CHECK(e.dgamma <= tol + T * eps_double * 2);
+    }
   }
 }
 

@@ -137,12 +137,13 @@ std::array<double, 2> scaled_moments(index d, double eps, const Value& value) {
     if constexpr (Centred) sum += v;
     squares += v * v;
   }
-  const double inv_d = 1.0 / static_cast<double>(d);
-  const double shift = sum * inv_d;
-  // Apart, so that no compiler fuses them into one FMA: on a constant row the two products
-  // round to the same value and var is 0, where an exact Σv²/d less a rounded shift² leaves a
-  // residue that would stand in for eps.
-  const double mean_square = squares * inv_d;
+  // Divided by d, not multiplied by a rounded 1/d, and apart, so that no compiler fuses them
+  // into one FMA: on a constant row (every v the same u, its sums exact) shift is u and
+  // mean_square u² exactly, so var is 0 and x − mean is 0, where a rounded shift² would leave a
+  // residue standing in for eps (layer_norm_corrected_moments).
+  const auto n = static_cast<double>(d);
+  const double shift = sum / n;
+  const double mean_square = squares / n;
   const double shift_square = shift * shift;
   const double var = std::max(mean_square - shift_square, 0.0);
   // var + eps in units of 2^(2e). If eps does not fit those units it swamps var; if var is 0
@@ -234,13 +235,19 @@ RESNORM_SIMD_INLINE layer_norm_moments_t<C> layer_norm_corrected_moments(
   const auto [sum_c, sum_cc] = centred_sums;
   const double inv_d = 1.0 / static_cast<double>(d);
   const C hi = static_cast<C>(mean0);
-  const double delta = sum_c * inv_d;
+  // Σc/d and Σc²/d divided, not multiplied by the rounded inv_d: on a constant row whose first
+  // mean missed its value (every c the same u, the sums exact) delta is then u and Σc²/d u², so
+  // var is 0 and (x − hi) − lo is 0, y = β. With inv_d, var was the rounding of u², which
+  // outweighs a tiny eps (double rows of 6e-86 with eps = 1.8e-307 gave y = β·(1 + 1.5e-8): a
+  // fuzz find); this pass runs only where the one pass does not hold.
+  const auto n = static_cast<double>(d);
+  const double delta = sum_c / n;
   // The corrected mean keeps hi and puts the correction in lo, so x − hi stays exact.
   const row_centre<C> centre(hi, static_cast<C>(delta));
   const double mean = static_cast<double>(hi) + delta;
   if (std::isfinite(mean0) && square_range<C>::handles(sum_cc, inv_d, eps)) {
     // Apart, as in scaled_moments and the one pass: no FMA.
-    const double mean_square = sum_cc * inv_d;
+    const double mean_square = sum_cc / n;
     const double delta_square = delta * delta;
     const double var = std::max(mean_square - delta_square, 0.0);
     // eps inside the square root, as in the definition.
@@ -851,16 +858,23 @@ inline std::size_t streamed_dx_min_bytes() {
   return amd_cpu() ? std::max(next_vjp_row_min_bytes, streaming_min_bytes) : next_vjp_row_min_bytes;
 }
 
-// The centre of a double row in the backward. Its saved mean is the true mean rounded to double,
+// The centre of a row in the double backward. Its saved mean is the true mean rounded to double,
 // off by up to half an ulp of the mean, and that error times rstd moves every xhat: 1e-8 of dx on
-// a row of 1e8 + N(0, 1). Where |mean|·rstd > 16 (an offset past 16 standard deviations, where
-// the error can pass a few ulps of xhat) the row is summed once more, lo = Σ(x − mean)/d, and kept
-// beside the mean as the forward keeps hi + lo: x − mean is exact by Sterbenz's lemma for every x
-// within a factor 2 of the mean, which on such a row is nearly all of them. float rows need none:
-// a double mean holds 29 bits more than their centring can use.
+// a row of 1e8 + N(0, 1). So the row is summed once more, lo = Σ(x − mean)/d, and lo kept beside
+// the mean as the forward keeps hi + lo: x − mean is exact by Sterbenz's lemma for every x within
+// a factor 2 of the mean, which on a row of large offset is nearly all of them. Double rows take
+// this pass always: the error's share of xhat is ulp(mean) / max|x − mean|, which rstd does not
+// bound where eps outweighs the variance (1e-10 of dγ on a row of 1.1e-37 with spread 5e-44 and
+// eps = 1.1e-42, |mean|·rstd 1.4e-16: a fuzz find). float and bf16 rows, whose spread is at least
+// an ulp of float unless they are constant, need it only past 16 standard deviations of offset, and
+// even there a double mean holds 29 bits more than their centring can use.
 template <class T>
 row_centre<double> corrected_centre(const T* x, index d, row_stats s) {
-  if (!(std::abs(s.mean) * s.rstd > 16)) return row_centre<double>(s.mean);  // also NaN, Inf
+  if constexpr (std::is_same_v<T, double>) {
+    if (!std::isfinite(s.mean)) return row_centre<double>(s.mean);
+  } else {
+    if (!(std::abs(s.mean) * s.rstd > 16)) return row_centre<double>(s.mean);  // also NaN, Inf
+  }
   const double sum_c = simd::row_sums<double, 1>(
       d, [&](index j, auto tag) { return std::array{simd::load<double>(x + j, tag) - s.mean}; })[0];
   return fitted_centre(s.mean, sum_c / static_cast<double>(d), s.rstd);
