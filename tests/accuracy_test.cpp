@@ -877,6 +877,34 @@ TEST_CASE("accuracy: double rows whose eps outweighs their variance keep dgamma,
   }
 }
 
+// Values near DBL_MAX on both sides of a small mean: every x − mean is finite, but the double
+// backward's Σ(x − mean) overflows in its lanes (inf − inf: NaN, a fuzz find, kept in
+// tests/fuzz/corpus/add_norm/find_double_backward_centre_sum_overflow). The centre is then the
+// saved mean alone, whose half ulp is nothing to such a spread.
+TEST_CASE("accuracy: double rows near DBL_MAX on both sides of their mean keep dx and dgamma",
+          "[accuracy][layer_norm][add_norm][edge]") {
+  const Index T = 3, dim = 64;
+  const matrix<double> x = rows_of<double>(T, dim, [&](Index t, Index j) {
+    return (j % 2 == 0 ? 1.6e308 : -1.6e308) * (1.0 - 0.01 * double((t * dim + j) % 7));
+  });
+  const matrix<double> dy = random_matrix<double>(T, dim, 131);
+  const matrix<double> ds = random_matrix<double>(T, dim, 132);
+  const vector<double> gamma = random_vector<double>(dim, 133, 0.25, 1.0);
+  const vector<double> beta = random_vector<double>(dim, 134);
+  // (The add paths' s = x + f would overflow: f = 0 keeps s = x.)
+  const matrix<double> zero = matrix<double>::Zero(T, dim);
+  for (const path p : all_paths) {
+    if (kind_of(p) != norm_kind::layer) continue;
+    CAPTURE(path_name(p));
+    const norm_run<double> r = run_path<double>(p, x, zero, dy, ds, gamma, beta, 1e-5);
+    const norm_errors e = measure(p, r, dy, ds, gamma, beta, 1e-5);
+    const double tol = base_tolerance<double>(p);
+    CHECK(e.y <= tol);
+    CHECK(e.dx <= tol);
+    CHECK(e.dgamma <= tol + T * eps_double * 2);
+  }
+}
+
 // ---- GELU --------------------------------------------------------------------------------------
 
 namespace {

@@ -202,8 +202,9 @@ RESNORM_SIMD_INLINE double layer_norm_first_mean(const T* x, index d, double sum
   const double inv_d = 1.0 / static_cast<double>(d);
   const double mean0 = sum * inv_d;
   if constexpr (std::is_same_v<C, double>) {
-    // Σx overflowed although every x is finite: sum x/d instead.
-    if (std::isinf(mean0)) {
+    // Σx overflowed although every x is finite (to ±Inf, or to NaN where lanes overflowed to
+    // both signs): sum x/d instead. (A row holding NaN or ±Inf gets NaN or ±Inf again.)
+    if (!std::isfinite(mean0)) {
       return simd::row_sums<C, 1>(
           d, [&](index j, auto tag) { return std::array{simd::load<C>(x + j, tag) * inv_d}; })[0];
     }
@@ -877,7 +878,11 @@ row_centre<double> corrected_centre(const T* x, index d, row_stats s) {
   }
   const double sum_c = simd::row_sums<double, 1>(
       d, [&](index j, auto tag) { return std::array{simd::load<double>(x + j, tag) - s.mean}; })[0];
-  return fitted_centre(s.mean, sum_c / static_cast<double>(d), s.rstd);
+  const double lo = sum_c / static_cast<double>(d);
+  // Σ(x − mean) past double's range (values near DBL_MAX on either side of the mean): the spread
+  // is then as large as the mean, and the mean's half ulp nothing to it.
+  if (!std::isfinite(lo)) return row_centre<double>(s.mean);
+  return fitted_centre(s.mean, lo, s.rstd);
 }
 
 // R rows of a backward, processed together so that dγ and dβ are loaded and stored once per R
