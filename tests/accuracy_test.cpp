@@ -816,6 +816,30 @@ TEMPLATE_TEST_CASE("accuracy: a tall matrix, T = 1e6 and d = 8",
   }
 }
 
+namespace {
+
+// Every double path of the given kinds on rows x (f: the add paths' other operand) within its
+// bound: y and dx to base_tolerance, dγ to that plus the rounding of T rows' sums; dx finite.
+void check_double_paths(std::initializer_list<norm_kind> kinds, const matrix<double>& x,
+                        const matrix<double>& f, const matrix<double>& dy, const matrix<double>& ds,
+                        const vector<double>& gamma, const vector<double>& beta, double eps) {
+  const Index T = x.rows();
+  for (const path p : all_paths) {
+    if (std::find(kinds.begin(), kinds.end(), kind_of(p)) == kinds.end()) continue;
+    CAPTURE(path_name(p));
+    const norm_run<double> r = run_path<double>(p, x, f, dy, ds, gamma, beta, eps);
+    CHECK(r.dx.allFinite());
+    const norm_errors e = measure(p, r, dy, ds, gamma, beta, eps);
+    const double tol = base_tolerance<double>(p);
+    CAPTURE(e.kappa, tol);
+    CHECK(e.y <= tol);
+    CHECK(e.dx <= tol);
+    CHECK(e.dgamma <= tol + double(T) * eps_double * 2);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("accuracy: double rows whose sums of gamma·dy overflow double keep dx",
           "[accuracy][layer_norm][rms_norm][add_norm][edge]") {
   // dy ≈ 1e307, all of one sign, over d = 64: Σγ·dy and Σγ·dy·xhat pass DBL_MAX (1.8e308)
@@ -829,17 +853,7 @@ TEST_CASE("accuracy: double rows whose sums of gamma·dy overflow double keep dx
   const vector<double> gamma = random_vector<double>(dim, 97, 0.25, 1.0);
   const vector<double> beta = random_vector<double>(dim, 98);
   REQUIRE(std::isinf((dy.row(0) * gamma.asDiagonal()).sum()));  // the naive row sum overflows
-  for (const path p : all_paths) {
-    CAPTURE(path_name(p));
-    const norm_run<double> r = run_path<double>(p, x, x, dy, ds, gamma, beta, 1e-5);
-    CHECK(r.dx.allFinite());
-    const norm_errors e = measure(p, r, dy, ds, gamma, beta, 1e-5);
-    const double tol = base_tolerance<double>(p);
-    CAPTURE(e.kappa, tol);
-    CHECK(e.y <= tol);
-    CHECK(e.dx <= tol);
-    CHECK(e.dgamma <= tol + T * eps_double * 2);
-  }
+  check_double_paths({norm_kind::layer, norm_kind::rms}, x, x, dy, ds, gamma, beta, 1e-5);
 }
 
 // A row far from 0 against its spread, whose eps outweighs its variance: xhat is tiny (3e-7
@@ -856,7 +870,6 @@ TEST_CASE("accuracy: double rows whose eps outweighs their variance keep dgamma,
   for (const rows_case c :
        {rows_case{0.01, 1e-9, 1e-5}, rows_case{0x1.3373cfc229e79p-124, 5e-44, 1.1e-42}}) {
     CAPTURE(c.offset, c.spread, c.eps);
-    const double eps = c.eps;
     const matrix<double> n = random_matrix<double>(T, dim, 121);
     const matrix<double> x =
         rows_of<double>(T, dim, [&](Index t, Index j) { return c.offset + c.spread * n(t, j); });
@@ -864,16 +877,7 @@ TEST_CASE("accuracy: double rows whose eps outweighs their variance keep dgamma,
     const matrix<double> ds = random_matrix<double>(T, dim, 123);
     const vector<double> gamma = random_vector<double>(dim, 124, 0.25, 1.0);
     const vector<double> beta = random_vector<double>(dim, 125);
-    for (const path p : all_paths) {
-      if (kind_of(p) != norm_kind::layer) continue;
-      CAPTURE(path_name(p));
-      const norm_run<double> r = run_path<double>(p, x, x, dy, ds, gamma, beta, eps);
-      const norm_errors e = measure(p, r, dy, ds, gamma, beta, eps);
-      const double tol = base_tolerance<double>(p);
-      CHECK(e.y <= tol);
-      CHECK(e.dx <= tol);
-      CHECK(e.dgamma <= tol + T * eps_double * 2);
-    }
+    check_double_paths({norm_kind::layer}, x, x, dy, ds, gamma, beta, c.eps);
   }
 }
 
@@ -893,16 +897,7 @@ TEST_CASE("accuracy: double rows near DBL_MAX on both sides of their mean keep d
   const vector<double> beta = random_vector<double>(dim, 134);
   // (The add paths' s = x + f would overflow: f = 0 keeps s = x.)
   const matrix<double> zero = matrix<double>::Zero(T, dim);
-  for (const path p : all_paths) {
-    if (kind_of(p) != norm_kind::layer) continue;
-    CAPTURE(path_name(p));
-    const norm_run<double> r = run_path<double>(p, x, zero, dy, ds, gamma, beta, 1e-5);
-    const norm_errors e = measure(p, r, dy, ds, gamma, beta, 1e-5);
-    const double tol = base_tolerance<double>(p);
-    CHECK(e.y <= tol);
-    CHECK(e.dx <= tol);
-    CHECK(e.dgamma <= tol + T * eps_double * 2);
-  }
+  check_double_paths({norm_kind::layer}, x, zero, dy, ds, gamma, beta, 1e-5);
 }
 
 // ---- GELU --------------------------------------------------------------------------------------
