@@ -822,7 +822,8 @@ namespace {
 // bound: y and dx to base_tolerance, dγ to that plus the rounding of T rows' sums; dx finite.
 void check_double_paths(std::initializer_list<norm_kind> kinds, const matrix<double>& x,
                         const matrix<double>& f, const matrix<double>& dy, const matrix<double>& ds,
-                        const vector<double>& gamma, const vector<double>& beta, double eps) {
+                        const vector<double>& gamma, const vector<double>& beta, double eps,
+                        double extra_tol = 0) {
   const Index T = x.rows();
   for (const path p : all_paths) {
     if (std::find(kinds.begin(), kinds.end(), kind_of(p)) == kinds.end()) continue;
@@ -830,7 +831,7 @@ void check_double_paths(std::initializer_list<norm_kind> kinds, const matrix<dou
     const norm_run<double> r = run_path<double>(p, x, f, dy, ds, gamma, beta, eps);
     CHECK(r.dx.allFinite());
     const norm_errors e = measure(p, r, dy, ds, gamma, beta, eps);
-    const double tol = base_tolerance<double>(p);
+    const double tol = base_tolerance<double>(p) + extra_tol;
     CAPTURE(e.kappa, tol);
     CHECK(e.y <= tol);
     CHECK(e.dx <= tol);
@@ -898,6 +899,43 @@ TEST_CASE("accuracy: double rows near DBL_MAX on both sides of their mean keep d
   // (The add paths' s = x + f would overflow: f = 0 keeps s = x.)
   const matrix<double> zero = matrix<double>::Zero(T, dim);
   check_double_paths({norm_kind::layer}, x, zero, dy, ds, gamma, beta, 1e-5);
+}
+
+// Rows near the bottom of the normal doubles whose spread is itself subnormal: every x is normal
+// (|x| ≈ 2^-1019) but every x − mean is below 2^-1022, where doubles are spaced 2^-1074 apart.
+// x − hi is exact, but the mean's rest lo and (x − hi) − lo are rounded to that spacing: one
+// spacing of error against the row's largest |x − mean|, the bound the format leaves (a fuzz
+// find at 4.7e-13: tests/fuzz/corpus/add_norm/find_double_subnormal_spread). eps keeps rstd
+// within double (with eps = 0 it would be about 1e311), so xhat is tiny: dx does not see its
+// error, y and dγ do.
+TEST_CASE("accuracy: double rows of subnormal spread keep y and dx to the subnormal spacing",
+          "[accuracy][layer_norm][add_norm][edge]") {
+  const Index T = 3, dim = 37;
+  const matrix<double> n = random_matrix<double>(T, dim, 141);
+  const matrix<double> x =
+      rows_of<double>(T, dim, [&](Index t, Index j) { return 0x1.fp-1020 + 2e-312 * n(t, j); });
+  const matrix<double> dy = random_matrix<double>(T, dim, 142);
+  const matrix<double> ds = random_matrix<double>(T, dim, 143);
+  const vector<double> gamma = random_vector<double>(dim, 144, 0.25, 1.0);
+  // No β: xhat is at most 2e-312 / sqrt(1e-312), so y = γ·xhat + β would be β to the last bit.
+  const vector<double> beta;
+  long double smallest_spread = std::numeric_limits<long double>::infinity();
+  for (Index t = 0; t < T; ++t) {
+    long double sum = 0, largest = 0;
+    for (Index j = 0; j < dim; ++j) sum += static_cast<long double>(x(t, j));
+    for (Index j = 0; j < dim; ++j) {
+      largest = std::max(largest, std::abs(static_cast<long double>(x(t, j)) - sum / dim));
+    }
+    // Every x − mean is subnormal.
+    REQUIRE(largest < static_cast<long double>(std::numeric_limits<double>::min()));
+    smallest_spread = std::min(smallest_spread, largest);
+  }
+  const double spacing_error = static_cast<double>(
+      static_cast<long double>(std::numeric_limits<double>::denorm_min()) / smallest_spread);
+  for (const double eps : {1e-312, 1e-300}) {
+    CAPTURE(eps);
+    check_double_paths({norm_kind::layer}, x, x, dy, ds, gamma, beta, eps, 4 * spacing_error);
+  }
 }
 
 // ---- GELU --------------------------------------------------------------------------------------
