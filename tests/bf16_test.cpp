@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <string>
 #include <vector>
 
 #include "resnorm/add_norm.hpp"
@@ -360,13 +359,19 @@ TEST_CASE("bf16: transformer stacks run in bf16 and follow the double stack", "[
   const matrix<bf16> dy = to_bf16(random_matrix<float>(5, config.dim, 32, 1.0));
   const matrix<bf16> v = to_bf16(random_matrix<float>(5, config.dim, 33, 1.0));
   const dmatrix xd = to_double(x), dyd = to_double(dy), vd = to_double(v);
-  for (const char* name : {"pre_ln", "post_ln", "deep_norm"}) {
-    CAPTURE(name);
+  enum class placement { pre_ln, post_ln, deep_norm };
+  for (const placement p : {placement::pre_ln, placement::post_ln, placement::deep_norm}) {
+    CAPTURE(static_cast<int>(p));  // 0 pre_ln, 1 post_ln, 2 deep_norm
     const auto build = [&](auto tag) {
       using stack = resnorm::transformer_stack<decltype(tag)>;
-      const std::string n = name;
-      if (n == "pre_ln") return stack::pre_ln(config, 7);
-      if (n == "post_ln") return stack::post_ln(config, 7);
+      switch (p) {
+        case placement::pre_ln:
+          return stack::pre_ln(config, 7);
+        case placement::post_ln:
+          return stack::post_ln(config, 7);
+        case placement::deep_norm:
+          break;
+      }
       return stack::deep_norm(config, 7);
     };
     const auto low = build(bf16());
