@@ -211,9 +211,11 @@ void check_norm(const char* what, norm_kind kind, const norm_outputs<S>& out,
     // y's scale is max|γ|·max|xhat| + max|β|: xhat carries an error relative to the row's
     // spread (max|xhat|), not to each entry, so a γ that is zero but where xhat is tiny must not
     // turn that entry's cancellation into the whole row's relative error.
-    ld y_scale = 0, ds_scale = 0, max_gamma = 0, max_beta = 0, max_xhat_abs = 0;
+    ld y_scale = 0, ds_scale = 0, max_gamma = 0, max_beta = 0, max_xhat_abs = 0, max_centred = 0;
     for (Index j = 0; j < d; ++j) {
-      const ld xhat = st.centred(s[j]) * st.rstd;
+      const ld centred = st.centred(s[j]);
+      const ld xhat = centred * st.rstd;
+      max_centred = std::max(max_centred, std::abs(centred));
       max_xhat_abs = std::max(max_xhat_abs, std::abs(xhat));
       max_gamma = std::max(max_gamma, g ? std::abs(ld(g[j])) : 1.0L);
       max_beta = std::max(max_beta, b ? std::abs(ld(b[j])) : 0.0L);
@@ -237,8 +239,6 @@ void check_norm(const char* what, norm_kind kind, const norm_outputs<S>& out,
     // exact but lo and (x − hi) − lo are rounded to the subnormal spacing, one spacing of error
     // against the row's largest |x − mean| (a fuzz find: 1.7e-307 + spread 3.5e-312 at 4.7e-13).
     // Float rows of such spread are redone in double, where they are normal.
-    ld max_centred = 0;
-    for (Index j = 0; j < d; ++j) max_centred = std::max(max_centred, std::abs(st.centred(s[j])));
     const ld spacing = std::numeric_limits<double>::denorm_min();
     const double tol = std::is_same_v<S, double> && max_centred > 0
                            ? base + static_cast<double>(4 * spacing / max_centred)
