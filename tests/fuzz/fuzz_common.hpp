@@ -211,12 +211,24 @@ void check_norm(const char* what, norm_kind kind, const norm_outputs<S>& out,
     // y's scale is max|γ|·max|xhat| + max|β|: xhat carries an error relative to the row's
     // spread (max|xhat|), not to each entry, so a γ that is zero but where xhat is tiny must not
     // turn that entry's cancellation into the whole row's relative error.
+    //
+    // The same loop gathers what decides whether the row is inside the accuracy domain (below):
+    // subnormal inputs, and xhat entries too small for S to hold in full.
+    const ld s_min = static_cast<ld>(std::numeric_limits<S>::min());
+    const ld full_bits = s_min * static_cast<ld>(1ULL << std::numeric_limits<S>::digits);
     ld y_scale = 0, ds_scale = 0, max_gamma = 0, max_beta = 0, max_xhat_abs = 0, max_centred = 0;
+    ld max_g = 0;  // max|γ·dy|
+    bool subnormal_input = false, tiny_xhat = false;
     for (Index j = 0; j < d; ++j) {
       const ld centred = st.centred(s[j]);
       const ld xhat = centred * st.rstd;
       max_centred = std::max(max_centred, std::abs(centred));
       max_xhat_abs = std::max(max_xhat_abs, std::abs(xhat));
+      tiny_xhat = tiny_xhat || (xhat != 0 && std::abs(xhat) < full_bits);
+      max_g = std::max(max_g, std::abs(ld(dy(t, j)) * (g ? ld(g[j]) : 1.0L)));
+      for (const ld v : {ld(s[j]), ld(dy(t, j)), g ? ld(g[j]) : 1.0L}) {
+        subnormal_input = subnormal_input || (v != 0 && std::abs(v) < s_min);
+      }
       max_gamma = std::max(max_gamma, g ? std::abs(ld(g[j])) : 1.0L);
       max_beta = std::max(max_beta, b ? std::abs(ld(b[j])) : 0.0L);
       dgamma_scale[j] += std::abs(ld(dy(t, j)) * xhat);
@@ -247,31 +259,15 @@ void check_norm(const char* what, norm_kind kind, const norm_outputs<S>& out,
     for (Index j = 0; j < d && max_xhat_abs > 0; ++j) {
       dgamma_xhat_error[j] += std::abs(ld(dy(t, j))) * ld(tol) * max_xhat_abs;
     }
-    ld max_g = 0, max_xhat = 0;
-    for (Index j = 0; j < d; ++j) {
-      max_g = std::max(max_g, std::abs(ld(dy(t, j)) * (g ? ld(g[j]) : 1.0L)));
-      max_xhat = std::max(max_xhat, std::abs((ld(s[j]) - st.mean) * st.rstd));
-    }
     // Outside the documented accuracy domain (README, "Accuracy on hostile rows"), checked only
     // for NaN isolation and by the sanitizers: subnormal values among the inputs, or products
     // γ·dy and γ·dy·xhat that sink into S's subnormals (they keep only the bits that range
     // holds), and, in double, rstd beyond double (eps = 0 on a row of subnormal spread) or
     // |γ·dy| past 2^1900. Sums or products γ·dy that merely overflow double are inside: double
     // rows rescale g (norm_group_vjp), float rows go to double.
-    const ld s_min = static_cast<ld>(std::numeric_limits<S>::min());
-    const ld full_bits = s_min * static_cast<ld>(1ULL << std::numeric_limits<S>::digits);
-    bool subnormal_input = false, tiny_xhat = false;
-    for (Index j = 0; j < d; ++j) {
-      for (const ld v : {ld(s[j]), ld(dy(t, j)), g ? ld(g[j]) : 1.0L}) {
-        subnormal_input = subnormal_input || (v != 0 && std::abs(v) < s_min);
-      }
-      const ld xhat = std::abs((ld(s[j]) - st.mean) * st.rstd);
-      tiny_xhat = tiny_xhat || (xhat != 0 && xhat < full_bits);
-    }
-
     const ld double_max = static_cast<ld>(std::numeric_limits<double>::max());
     const bool tiny_products = (max_g != 0 && max_g < full_bits) ||
-                               (max_g * max_xhat != 0 && max_g * max_xhat < full_bits);
+                               (max_g * max_xhat_abs != 0 && max_g * max_xhat_abs < full_bits);
     // An xhat entry (x·rstd) that sinks into S's subnormals loses its bits in y = γ·xhat + β
     // and in dγ's products dy·xhat: outside too.
     const bool beyond_double =
