@@ -7,12 +7,13 @@
 //
 // Both sides run on the same buffers (x, f or dy, y or dx, s: 2 MiB-aligned, on transparent huge
 // pages where granted, at page offsets 0, 1, 2 and 3 KiB; RESNORM_AB_STAGGER=0 puts them all at
-// offset 0, as bench/ does, where rows of 4 KiB meet in the same L1 sets). Each sample times enough
-// calls for about 2 ms; the sides alternate sample by sample, the first side swapping each time, so
-// that whatever else the machine does falls on both alike. Separate processes run minutes apart on
-// a shared VM differed by up to 30 %. Which side a tree is built as can itself be worth 1-5 % (code
-// addresses, statics), so compare.sh runs both placements. Prints the median and the 10th and 90th
-// percentiles of each side, and A / B of the medians (above 1: B is faster).
+// offset 0, as bench/ does, where rows of 4 KiB meet in the same L1 sets; RESNORM_AB_SMALL_PAGES=1
+// leaves them on 4 KiB pages). Each sample times enough calls for about 2 ms; the sides alternate
+// sample by sample, the first side swapping each time, so that whatever else the machine does falls
+// on both alike. Separate processes run minutes apart on a shared VM differed by up to 30 %. Which
+// side a tree is built as can itself be worth 1-5 % (code addresses, statics), so compare.sh runs
+// both placements. Prints the median and the 10th and 90th percentiles of each side, and A / B of
+// the medians (above 1: B is faster).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -46,7 +47,10 @@ unsigned char* buffer(std::size_t bytes, std::size_t offset) {
     std::exit(1);
   }
 #if defined(__linux__)
-  madvise(p, size, MADV_HUGEPAGE);
+  // RESNORM_AB_SMALL_PAGES=1: 4 KiB pages, as a plain allocation gets where transparent huge
+  // pages are granted only on request (madvise).
+  const char* small_pages = std::getenv("RESNORM_AB_SMALL_PAGES");
+  if (small_pages == nullptr || std::strcmp(small_pages, "1") != 0) madvise(p, size, MADV_HUGEPAGE);
 #endif
   std::memset(p, 0, size);
   return p + offset;

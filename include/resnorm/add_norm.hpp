@@ -165,17 +165,17 @@ bool pipelines_rows(const T* s, index s_stride, const T* y, index y_stride, inde
   }
 }
 
-// Rows begin … end − 1 of the streamed LayerNorm forward, two rows in flight: one loop streams
-// row t's y (its apply, from the L1 buffer holding s_t) while it forms s_{t+1} = x + f into the
-// other buffer, streams it, and takes its one-pass sums. Row by row, the add pass waits on the
-// loads of x and f and the apply pass on the stores of y; together they share the time. row(t)
-// gives row t's pointers; local holds 2·d elements; s and y pass pipelines_rows. stats_out(t,
-// stats) receives each row's statistics. The same bits as add_layer_norm_row row by row: the sums
-// and the apply are the same operations in the same order, only interleaved. A row the one pass
-// does not hold takes the two-pass moments, a float row out of range (and the last row) the plain
-// row finish. Float 4096 x 4096 on the AVX-512 Xeon: 10.1-10.4 ms against 12.4-13.1 row by row
-// (1.6x the unfused add then norm; 512 MiB rows 90.8 against 114 ms). Prefetching row t + 2's x
-// and f in the loop as well made it 8 % slower (11.3-11.7 ms against 10.6-10.8).
+// Rows begin … end − 1 of the streamed LayerNorm forward, two rows in flight: one loop streams row
+// t's y (its apply, from the buffer holding s_t) while it forms s_{t+1} = x + f into the buffer
+// (the same one, or the other: below), streams it, and takes its one-pass sums. Row by row, the add
+// pass waits on the loads of x and f and the apply pass on the stores of y; together they share the
+// time. row(t) gives row t's pointers; local holds 2·d elements; s and y pass pipelines_rows.
+// stats_out(t, stats) receives each row's statistics. The same bits as add_layer_norm_row row by
+// row: the sums and the apply are the same operations in the same order, only interleaved. A row
+// the one pass does not hold takes the two-pass moments, a float row out of range (and the last
+// row) the plain row finish. Float 4096 x 4096 on the AVX-512 Xeon: 10.1-10.4 ms against 12.4-13.1
+// row by row (1.6x the unfused add then norm; 512 MiB rows 90.8 against 114 ms). Prefetching row t
+// + 2's x and f in the loop as well made it 8 % slower (11.3-11.7 ms against 10.6-10.8).
 template <class C, bool HasGamma, bool HasBeta, class T, class RowAt, class StatsOut>
 RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, index d,
                                                         const param_t<T>* gamma,
@@ -191,8 +191,13 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
   constexpr bool half_line_packs = simd::stored_pack_bytes<C, T> * 2 == cache_line_bytes;
   // The rounded first half of the line of s being formed.
   simd::vec<simd::raw_t<T>, simd::width<C>> first_half_s{};
-  T* work = local;       // s of row t, which its apply reads
-  T* fresh = local + d;  // s of row t + 1, as the add forms it
+  // Whole-line packs take one buffer: at each j the apply reads row t's s_j before the add
+  // stores row t + 1's s_j in its place, so the store finds its line in L1 and the row's buffer
+  // is 4·d bytes, not 8·d, beside γ and β (32 KiB at d = 4096, the whole L1): float 4096 x 4096
+  // 1.00-1.08x, 8192 x 1024 1.01-1.17x, by the buffers' page offsets (Zen 4). Half-line packs
+  // apply a line after the add has formed its first half, so they keep two buffers.
+  T* work = local;                                 // s of row t, which its apply reads
+  T* fresh = half_line_packs ? local + d : local;  // s of row t + 1, as the add forms it
   auto add_pass = [&](index t) {
     const add_norm_next<T> r = row(t), next = row(t + 1 < end ? t + 1 : t);
     const C origin = add_row_origin<C>(r.x, r.f, d);
@@ -203,7 +208,7 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
   };
   layer_norm_moments_t<C> m = add_pass(begin);
   for (index t = begin; t < end; ++t) {
-    std::swap(work, fresh);
+    std::swap(work, fresh);  // no-op with one buffer
     const add_norm_next<T> cur = row(t);
     if (t + 1 == end || !m.in_range) {
       const add_norm_next<T> next = row(t + 1 < end ? t + 1 : t);
