@@ -166,10 +166,10 @@ bool pipelines_rows(const T* s, index s_stride, const T* y, index y_stride, inde
 }
 
 // Rows begin … end − 1 of the streamed LayerNorm forward, two rows in flight: one loop streams row
-// t's y (its apply, from the buffer holding s_t) while it forms s_{t+1} = x + f into the buffer
-// (the same one, or the other: below), streams it, and takes its one-pass sums. Row by row, the add
-// pass waits on the loads of x and f and the apply pass on the stores of y; together they share the
-// time. row(t) gives row t's pointers; local holds 2·d elements; s and y pass pipelines_rows.
+// t's y (its apply, from the buffer holding s_t) while it forms s_{t+1} = x + f in the slots the
+// apply has just read (below), streams it, and takes its one-pass sums. Row by row, the add pass
+// waits on the loads of x and f and the apply pass on the stores of y; together they share the
+// time. row(t) gives row t's pointers; local holds d elements; s and y pass pipelines_rows.
 // stats_out(t, stats) receives each row's statistics. The same bits as add_layer_norm_row row by
 // row: the sums and the apply are the same operations in the same order, only interleaved. A row
 // the one pass does not hold takes the two-pass moments, a float row out of range (and the last
@@ -189,15 +189,15 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
   // row by row, 4 alternating runs each on the AVX-512 Xeon, with the chains of row_sums
   // unrolled (simd.hpp).
   constexpr bool half_line_packs = simd::stored_pack_bytes<C, T> * 2 == cache_line_bytes;
-  // The rounded first half of the line of s being formed.
-  simd::vec<simd::raw_t<T>, simd::width<C>> first_half_s{};
-  // Whole-line packs take one buffer: at each j the apply reads row t's s_j before the add
-  // stores row t + 1's s_j in its place, so the store finds its line in L1 and the row's buffer
-  // is 4·d bytes, not 8·d, beside γ and β (32 KiB at d = 4096, the whole L1): float 4096 x 4096
-  // 1.00-1.08x, 8192 x 1024 1.01-1.17x, by the buffers' page offsets (Zen 4). Half-line packs
-  // apply a line after the add has formed its first half, so they keep two buffers.
-  T* work = local;                                 // s of row t, which its apply reads
-  T* fresh = half_line_packs ? local + d : local;  // s of row t + 1, as the add forms it
+  // The rounded first halves of the lines of s and y being formed.
+  simd::vec<simd::raw_t<T>, simd::width<C>> first_half_s{}, first_half_y{};
+  // One buffer: at each j the apply reads row t's s_j before the add stores row t + 1's s_j in
+  // its place, so the store finds its line in L1 and the buffer is one row, not two, beside γ and
+  // β (32 KiB at d = 4096 float, the whole L1): float 4096 x 4096 1.00-1.08x, 8192 x 1024
+  // 1.01-1.17x, by the buffers' page offsets (Zen 4). Half-line packs keep each line's first
+  // half of y in a register until the line is written, as they keep s's.
+  T* const work = local;   // s of row t, which its apply reads
+  T* const fresh = local;  // s of row t + 1, as the add forms it: the same slots, just read
   auto add_pass = [&](index t) {
     const add_norm_next<T> r = row(t), next = row(t + 1 < end ? t + 1 : t);
     const C origin = add_row_origin<C>(r.x, r.f, d);
@@ -208,7 +208,6 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
   };
   layer_norm_moments_t<C> m = add_pass(begin);
   for (index t = begin; t < end; ++t) {
-    std::swap(work, fresh);  // no-op with one buffer
     const add_norm_next<T> cur = row(t);
     if (t + 1 == end || !m.in_range) {
       const add_norm_next<T> next = row(t + 1 < end ? t + 1 : t);
@@ -227,13 +226,12 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
       // Half-line packs: the pack that ends a line writes the whole line of y and of s.
       const bool ends_line = half_line_packs && pack && (j / simd::width<C>) % 2 == 1;
       if constexpr (pack && half_line_packs) {
+        const auto y_bits = simd::narrow<T>(layer_norm_apply_value<HasGamma, HasBeta>(
+            work, j, tag, hi, rstd, lo_rstd, gamma, beta));
         if (ends_line) {
-          const index first = j - simd::width<C>;
-          simd::write_line_around_cache(cur.y + first,
-                                        simd::narrow<T>(layer_norm_apply_value<HasGamma, HasBeta>(
-                                            work, first, tag, hi, rstd, lo_rstd, gamma, beta)),
-                                        simd::narrow<T>(layer_norm_apply_value<HasGamma, HasBeta>(
-                                            work, j, tag, hi, rstd, lo_rstd, gamma, beta)));
+          simd::write_line_around_cache(cur.y + j - simd::width<C>, first_half_y, y_bits);
+        } else {
+          first_half_y = y_bits;
         }
       } else if constexpr (pack) {
         layer_norm_apply_at<HasGamma, HasBeta>(work, j, simd::streaming_tag{}, hi, rstd, lo_rstd,
@@ -267,9 +265,8 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
       const index packs = d / simd::width<C>;
       if (packs % 2 == 1) {
         const index last = (packs - 1) * simd::width<C>;
-        layer_norm_apply_at<HasGamma, HasBeta>(work, last, simd::streaming_tag{}, hi, rstd, lo_rstd,
-                                               gamma, beta, cur.y);
-        simd::write_around_cache(next.s + last, first_half_s);  // that pack's rounded s
+        simd::write_around_cache(cur.y + last, first_half_y);   // that pack's y
+        simd::write_around_cache(next.s + last, first_half_s);  // and its rounded s
       }
     }
     stats_out(t, m.stats);
