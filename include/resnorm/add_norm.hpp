@@ -196,14 +196,13 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
   // β (32 KiB at d = 4096 float, the whole L1): float 4096 x 4096 1.00-1.08x, 8192 x 1024
   // 1.01-1.17x, by the buffers' page offsets (Zen 4). Half-line packs keep each line's first
   // half of y in a register until the line is written, as they keep s's.
-  T* const work = local;   // s of row t, which its apply reads
-  T* const fresh = local;  // s of row t + 1, as the add forms it: the same slots, just read
+  T* const buffer = local;  // s of row t for its apply, overwritten by row t + 1's as the add runs
   auto add_pass = [&](index t) {
     const add_norm_next<T> r = row(t), next = row(t + 1 < end ? t + 1 : t);
     const C origin = add_row_origin<C>(r.x, r.f, d);
     auto m = layer_norm_one_pass_moments<C>(
-        origin, d, eps, add_row_sum<C, false>(r.x, r.f, d, r.s, fresh, next, origin));
-    if (!m.in_range) m = layer_norm_two_pass_moments<C>(fresh, d, eps);
+        origin, d, eps, add_row_sum<C, false>(r.x, r.f, d, r.s, buffer, next, origin));
+    if (!m.in_range) m = layer_norm_two_pass_moments<C>(buffer, d, eps);
     return m;
   };
   layer_norm_moments_t<C> m = add_pass(begin);
@@ -211,7 +210,7 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
     const add_norm_next<T> cur = row(t);
     if (t + 1 == end || !m.in_range) {
       const add_norm_next<T> next = row(t + 1 < end ? t + 1 : t);
-      stats_out(t, layer_norm_row_finish<C, HasGamma, HasBeta>(work, d, gamma, beta, eps, true,
+      stats_out(t, layer_norm_row_finish<C, HasGamma, HasBeta>(buffer, d, gamma, beta, eps, true,
                                                                cur.y, {next.x, next.y}, m));
       if (t + 1 < end) m = add_pass(t + 1);
       continue;
@@ -227,36 +226,37 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
       const bool ends_line = half_line_packs && pack && (j / simd::width<C>) % 2 == 1;
       if constexpr (pack && half_line_packs) {
         const auto y_bits = simd::narrow<T>(layer_norm_apply_value<HasGamma, HasBeta>(
-            work, j, tag, hi, rstd, lo_rstd, gamma, beta));
+            buffer, j, tag, hi, rstd, lo_rstd, gamma, beta));
         if (ends_line) {
           simd::write_line_around_cache(cur.y + j - simd::width<C>, first_half_y, y_bits);
         } else {
           first_half_y = y_bits;
         }
       } else if constexpr (pack) {
-        layer_norm_apply_at<HasGamma, HasBeta>(work, j, simd::streaming_tag{}, hi, rstd, lo_rstd,
+        layer_norm_apply_at<HasGamma, HasBeta>(buffer, j, simd::streaming_tag{}, hi, rstd, lo_rstd,
                                                gamma, beta, cur.y);
       } else {
-        layer_norm_apply_at<HasGamma, HasBeta>(work, j, tag, hi, rstd, lo_rstd, gamma, beta, cur.y);
+        layer_norm_apply_at<HasGamma, HasBeta>(buffer, j, tag, hi, rstd, lo_rstd, gamma, beta,
+                                               cur.y);
       }
       auto v = load<C>(next.x + j, tag) + load<C>(next.f + j, tag);
       if constexpr (pack && half_line_packs) {
         // Rounded once: into the L1 buffer, and into the line of s with the line's other half.
         const auto bits = simd::narrow<T>(v);
-        simd::store_bits(fresh + j, bits);
+        simd::store_bits(buffer + j, bits);
         if (ends_line) {
           simd::write_line_around_cache(next.s + j - simd::width<C>, first_half_s, bits);
         } else {
           first_half_s = bits;
         }
       } else if constexpr (pack) {
-        simd::store(fresh + j, v);
+        simd::store(buffer + j, v);
         simd::store(next.s + j, v, simd::streaming_tag{});
       } else {
-        simd::store(fresh + j, v);
+        simd::store(buffer + j, v);
         simd::store(next.s + j, v);
       }
-      if constexpr (!std::is_same_v<T, C>) v = load<C>(fresh + j, tag);
+      if constexpr (!std::is_same_v<T, C>) v = load<C>(buffer + j, tag);
       const auto c = v - origin;
       return std::tuple{c, simd::product{c, c}};
     });
@@ -271,7 +271,7 @@ RESNORM_WIDE_VECTORS void add_layer_norm_rows_pipelined(index begin, index end, 
     }
     stats_out(t, m.stats);
     m = layer_norm_one_pass_moments<C>(origin, d, eps, sums);
-    if (!m.in_range) m = layer_norm_two_pass_moments<C>(fresh, d, eps);
+    if (!m.in_range) m = layer_norm_two_pass_moments<C>(buffer, d, eps);
   }
 }
 
@@ -333,6 +333,8 @@ void add_norm_forward_rows(const char* fn, add_norm_kind kind, matrix_cref<T> x,
       auto local_row = [&](int r) { return use_local ? local + r * d : nullptr; };
       index t = begin;
       if (kind == add_norm_kind::layer_norm && !grouped && stream &&
+          // Rows of up to half the buffer: wider ones ran slower pipelined (2048 x 8192 float
+          // 0.965x, bench/HISTORY.md).
           2 * d <= add_norm_local_elements<T> &&
           pipelines_rows<C>(s.data(), s.outerStride(), y.data(), y.outerStride(), x.rows())) {
         add_layer_norm_rows_pipelined<C, G, B, T>(
